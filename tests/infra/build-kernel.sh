@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build (once) the test kernel and print its build directory (KDIR) on stdout.
+#
+# Linux 7.3 from Debian's linux-source-7.3, tinyconfig + tests/vm/vm.config +
+# tests/selftests/peermem/config, built with LLVM=-19 in the build root. The build is cached under a
+# key made of the source version, the config fragments and the toolchain versions, so changing any of
+# them builds a new kernel and a warm cache costs nothing.
+source "$(dirname "$0")/common.sh"
+need_root
+
+KSRC_PKG=$CACHE_WORK/src/linux-source-7.3
+[ -f "$KSRC_PKG/.version" ] || die "no kernel source in the cache; run tests/infra/setup-toolchain.sh"
+KSRC=$KSRC_PKG/linux-source-7.3
+if [ ! -f "$KSRC/Makefile" ]; then
+    log "unpacking $(basename "$KSRC_PKG"/usr/src/linux-source-7.3.tar.*)"
+    tar -xf "$KSRC_PKG"/usr/src/linux-source-7.3.tar.* -C "$KSRC_PKG"
+fi
+
+FRAGMENTS=("$REPO_ROOT/tests/vm/vm.config" "$REPO_ROOT/tests/selftests/peermem/config")
+toolchain=$("$REPO_ROOT/tests/infra/in-root" bash -c 'clang-19 --version | head -1; rustc --version; bindgen --version')
+key=$( { cat "$KSRC_PKG/.version"; cat "${FRAGMENTS[@]}"; echo "$toolchain"; } | sha256sum | cut -c1-16)
+KDIR=$CACHE_WORK/kernel/$key
+
+if [ -f "$KDIR/.peermem-built" ]; then
+    echo "$KDIR"
+    exit 0
+fi
+
+log "building the test kernel in $KDIR (key $key); a cold build takes a while"
+mkdir -p "$KDIR"
+start=$(date +%s)
+jobs=${PEERMEM_JOBS:-$(( $(nproc) + 1 ))}
+"$REPO_ROOT/tests/infra/in-root" bash -c '
+    set -euo pipefail
+    ksrc=$1; kdir=$2; jobs=$3; shift 3
+    mk() { make -s -C "$ksrc" O="$kdir" LLVM=-19 "$@"; }
+    mk tinyconfig >/dev/null
+    "$ksrc/scripts/kconfig/merge_config.sh" -m -O "$kdir" "$kdir/.config" "$@" >/dev/null
+    mk olddefconfig >/dev/null
+    # Every requested option must have survived Kconfig: a dropped one would silently weaken the tests.
+    bad=0
+    for frag in "$@"; do
+        while IFS= read -r line; do
+            case "$line" in ""|"#"*) continue ;; esac
+            name=${line%%=*}; val=${line#*=}
+            if [ "$val" = n ]; then
+                grep -qx "$name=y" "$kdir/.config" && { echo "config: $name is y, wanted n" >&2; bad=1; }
+            else
+                grep -qx "$line" "$kdir/.config" || { echo "config: wanted $line, got: $(grep "^$name=\|^# $name " "$kdir/.config" || echo unset)" >&2; bad=1; }
+            fi
+        done < "$frag"
+    done
+    [ $bad = 0 ] || { echo "the kernel config fragments did not apply; see above" >&2; exit 1; }
+    [ -n "${PEERMEM_CONFIG_ONLY:-}" ] && exit 0
+    make -C "$ksrc" O="$kdir" LLVM=-19 -j"$jobs" all >"$kdir/build.log" 2>&1 ||
+        { tail -40 "$kdir/build.log" >&2; echo "kernel build failed; log: $kdir/build.log" >&2; exit 1; }
+' build-kernel "$KSRC" "$KDIR" "$jobs" "${FRAGMENTS[@]}" >&2
+[ -n "${PEERMEM_CONFIG_ONLY:-}" ] && { echo "$KDIR"; exit 0; }
+log "kernel built in $(( $(date +%s) - start )) s"
+touch "$KDIR/.peermem-built"
+echo "$KDIR"
