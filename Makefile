@@ -30,7 +30,7 @@ PEER_MEM_INC ?= $(REPO)/tests/standins/include
 KMAKE = $(IN_ROOT) $(MAKE) -C $$($(KDIR_CMD)) LLVM=$(LLVM)
 # The test-only stand-ins for nvidia.ko and the ib_core peer-memory host (tests/standins/), in build
 # order: later ones link against the symbols of earlier ones.
-STANDINS := nvidia_p2p peer_mem_host test_client
+STANDINS := nvidia_p2p peer_mem_host p2p_probe test_client
 STANDIN_SYMVERS = $(foreach s,$(STANDINS),$(wildcard $(REPO)/tests/standins/$(s)/Module.symvers))
 KBUILD_EXTRA_SYMBOLS ?= $(STANDIN_SYMVERS)
 else

@@ -26,6 +26,18 @@ if [ -f "$KDIR/.peermem-built" ]; then
     exit 0
 fi
 
+# One kernel build at a time: a second caller waits for the first and then finds it built.
+mkdir -p "$CACHE_WORK/kernel"
+exec 9>"$CACHE_WORK/kernel/.lock"
+if ! flock -n 9; then
+    log "another kernel build is running; waiting for it"
+    flock 9
+fi
+if [ -f "$KDIR/.peermem-built" ]; then
+    echo "$KDIR"
+    exit 0
+fi
+
 log "building the test kernel in $KDIR (key $key); a cold build takes a while"
 mkdir -p "$KDIR"
 start=$(date +%s)
