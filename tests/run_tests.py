@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Build everything and run every test of peermem-rs; the command behind `make check` and CI.
+
+    tests/run_tests.py                 all tests: cargo test on the host, kselftests in the VM
+    tests/run_tests.py --demo          the main job: show GPUDirect RDMA in the VM
+    tests/run_tests.py --shell         an interactive VM with the payload loaded
+    tests/run_tests.py --variants switch --tests skeleton_load.sh    a subset
+
+Steps: the build root and test kernel (cached), the modules and the kselftests (built in the build
+root), `cargo test --workspace` on the host, then one VM boot per topology variant, each running its
+kselftests. The output is KTAP; the last line is `N passed, N failed, N skipped` and the exit status is
+non-zero on any failure, including a kernel splat anywhere in a boot's log.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "vm"))
+
+import ktap  # noqa: E402
+import vm    # noqa: E402
+
+REPO = vm.REPO
+BUILD = REPO / ".build"
+PAYLOAD = BUILD / "payload"
+SELFTESTS = REPO / "tests" / "selftests"
+
+# Each VM boot costs a kernel boot under KASAN and lockdep, so tests share boots: a boot per topology
+# variant, running every collection that asks for that variant. A collection names its variants in a
+# `variants` file next to its Makefile (one per line); without one it runs in "switch" only.
+VARIANT_ORDER = ["switch", "switch-iommu", "split"]
+
+
+def boots():
+    """[(variant, [collection, ...])] in VARIANT_ORDER."""
+    plan = {v: [] for v in VARIANT_ORDER}
+    for d in sorted(p for p in SELFTESTS.iterdir() if (p / "Makefile").exists()):
+        f = d / "variants"
+        variants = f.read_text().split() if f.exists() else ["switch"]
+        for v in variants:
+            if v not in plan:
+                raise SystemExit(f"{f}: unknown variant {v} (known: {', '.join(VARIANT_ORDER)})")
+            plan[v].append(d.name)
+    return [(v, c) for v, c in plan.items() if c]
+
+
+def log(msg):
+    vm.log(msg)
+
+
+def run(cmd, **kw):
+    """Run a build step; on failure show its output and stop."""
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout)
+        raise SystemExit(f"build step failed: {' '.join(map(str, cmd))}")
+    return res.stdout
+
+
+def build(kdir):
+    """Build the modules and the kselftests into the VM payload."""
+    ksrc = (kdir / "source").resolve()
+    shutil.rmtree(PAYLOAD, ignore_errors=True)
+    (PAYLOAD / "modules").mkdir(parents=True)
+    log("building the stand-ins and peermem_rs.ko")
+    run(["make", "-s", "-C", str(REPO), "module"])
+    shutil.copy2(REPO / "peermem_rs.ko", PAYLOAD / "modules")
+    for ko in sorted((REPO / "tests" / "standins").glob("*/*.ko")):
+        shutil.copy2(ko, PAYLOAD / "modules")
+    log("building the kselftests")
+    for collection in sorted(p.name for p in SELFTESTS.iterdir() if (p / "Makefile").exists()):
+        out = BUILD / "selftests-build" / collection
+        out.mkdir(parents=True, exist_ok=True)
+        run([str(REPO / "tests/infra/in-root"), "make", "-s", "-C", str(SELFTESTS / collection),
+             f"KSRC={ksrc}", f"OUTPUT={out}", "USERLDFLAGS=-static",
+             "install", f"INSTALL_PATH={PAYLOAD / 'selftests' / collection}"])
+    (PAYLOAD / "selftests" / "kselftest").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ksrc / "tools/testing/selftests/kselftest/ktap_helpers.sh", PAYLOAD / "selftests/kselftest")
+    shutil.copy2(REPO / "tests/vm/ksft-run.sh", PAYLOAD)
+
+
+def collection_tests(collection, ksrc):
+    """The tests of a collection, in order, as lib.mk's emit_tests lists them."""
+    out = run([str(REPO / "tests/infra/in-root"), "make", "-s", "-C", str(SELFTESTS / collection),
+               f"KSRC={ksrc}", f"OUTPUT={BUILD / 'selftests-build' / collection}", "emit_tests"])
+    return [line.split(":", 1)[1] for line in out.splitlines() if ":" in line]
+
+
+def cargo_group():
+    log("cargo test --workspace")
+    start = time.monotonic()
+    res = subprocess.run(["cargo", "test", "--workspace", "--no-fail-fast"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cases = ktap.parse_cargo(res.stdout)
+    if res.returncode != 0 and not any(c.status == "fail" for c in cases):
+        cases.append(ktap.Case("cargo test", "fail", reason=f"exit {res.returncode}",
+                               output=res.stdout.splitlines()[-40:]))
+    if not cases:
+        cases.append(ktap.Case("cargo test", "fail", reason="no tests ran", output=res.stdout.splitlines()[-40:]))
+    return ktap.Group("host: cargo test --workspace",
+                      [f"host: cargo test --workspace ({time.monotonic() - start:.1f} s)"], cases)
+
+
+PLAN_PROLOGUE = """\
+set -u
+export PEERMEM_MODULES=/payload/modules
+# Leaks from before the tests (boot) are not ours; report only what the tests leave behind.
+[ -w /sys/kernel/debug/kmemleak ] && echo clear > /sys/kernel/debug/kmemleak
+"""
+
+PLAN_EPILOGUE = """\
+# Two scans: kmemleak reports an object only once it has been unreferenced for a while.
+if [ -w /sys/kernel/debug/kmemleak ]; then
+    sleep 6; echo scan > /sys/kernel/debug/kmemleak; sleep 1; echo scan > /sys/kernel/debug/kmemleak
+    cat /sys/kernel/debug/kmemleak > /results/kmemleak
+fi
+"""
+
+
+def vm_group(variant, collections, ksrc, accel, accel_reason, only, timeout):
+    plan = PLAN_PROLOGUE
+    for collection in collections:
+        tests = [t for t in collection_tests(collection, ksrc) if not only or t in only]
+        if tests:
+            plan += f"sh /payload/ksft-run.sh /payload/selftests/{collection} {' '.join(tests)}\n"
+    plan += PLAN_EPILOGUE
+    log(f"VM boot: variant {variant} ({accel})")
+    res = vm.boot(variant, plan, PAYLOAD, BUILD / "results" / variant, accel, timeout)
+    header = [f"vm {variant}: {accel} ({accel_reason}); userspace after {res.userspace_s} s, "
+              f"whole boot {res.seconds:.1f} s; logs in {res.results}"]
+    output = (res.results / "output").read_text(errors="replace") if (res.results / "output").exists() else ""
+    cases = ktap.parse_ksft(output)
+    dmesg = (res.results / "dmesg").read_text(errors="replace") if (res.results / "dmesg").exists() else ""
+    if not dmesg:
+        # The guest never got to send its log: use the console, which has it too.
+        dmesg = res.console
+    outside = ktap.attribute_splats(dmesg, cases)
+    if res.timed_out or res.plan_rc is None:
+        why = "timed out" if res.timed_out else f"guest died (qemu exit {res.qemu_rc})"
+        cases.append(ktap.Case(f"vm {variant}: boot completes", "fail", reason=why,
+                               output=res.console.splitlines()[-60:]))
+    cases.append(ktap.Case(f"vm {variant}: no kernel splat outside tests",
+                           "fail" if outside else "pass", splats=outside))
+    leaks = (res.results / "kmemleak").read_text(errors="replace").strip() if (res.results / "kmemleak").exists() else ""
+    cases.append(ktap.Case(f"vm {variant}: kmemleak finds no leak", "fail" if leaks else "pass",
+                           output=leaks.splitlines()[:80]))
+    return ktap.Group(f"vm: {variant}", header, cases)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo", action="store_true", help="run the main job instead of the tests")
+    ap.add_argument("--shell", action="store_true", help="interactive VM shell with the payload")
+    ap.add_argument("--variants", help="comma-separated VM variants to boot (default: all)")
+    ap.add_argument("--tests", help="comma-separated kselftest names to run (default: all)")
+    ap.add_argument("--no-cargo", action="store_true", help="skip cargo test")
+    ap.add_argument("--no-vm", action="store_true", help="skip the VM boots")
+    ap.add_argument("--timeout", type=int, default=2400, help="seconds per VM boot")
+    a = ap.parse_args()
+
+    start = time.monotonic()
+    kdir = vm.kernel_dir()
+    ksrc = (kdir / "source").resolve()
+    build(kdir)
+
+    if a.shell:
+        accel, reason = vm.choose_accel(kdir)
+        log(f"shell with {accel} ({reason})")
+        return subprocess.call([sys.executable, str(REPO / "tests/vm/vm.py"), "shell", "--payload", str(PAYLOAD)])
+    if a.demo:
+        import demo
+        return demo.main(kdir, PAYLOAD)
+
+    groups = []
+    if not a.no_cargo:
+        groups.append(cargo_group())
+    if not a.no_vm:
+        accel, reason = vm.choose_accel(kdir)
+        log(f"accelerator: {accel} ({reason})")
+        only = set(a.tests.split(",")) if a.tests else None
+        wanted = a.variants.split(",") if a.variants else None
+        for variant, collections in boots():
+            if wanted and variant not in wanted:
+                continue
+            groups.append(vm_group(variant, collections, ksrc, accel, reason, only, a.timeout))
+    _, failed, _ = ktap.report(groups, sys.stdout)
+    log(f"whole run: {time.monotonic() - start:.0f} s")
+    return 1 if failed or not groups else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

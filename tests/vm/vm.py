@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""Boot the test kernel in QEMU with the stand-in PCIe topology and run a plan inside it.
+
+The host side of every VM run. It probes whether KVM works here, packs busybox, our /init and a
+payload directory into an initramfs, starts QEMU inside the build root with the topology of
+tests/vm/topology.toml and waits for the guest to reboot. The guest's /init runs the plan (a shell
+script) and sends its output, exit status, result files and dmesg back over the second serial port;
+they land as files in the results directory, next to the console log.
+
+    tests/vm/vm.py boot --variant switch --plan plan.sh --payload DIR --results DIR
+    tests/vm/vm.py probe          # what accelerator would a run use, and why
+    tests/vm/vm.py shell --variant switch-iommu --payload DIR   # interactive guest shell
+
+Only one VM runs at a time on a machine (a lock in the cache serialises them): the machine has two
+cores and a TCG guest uses both.
+"""
+
+import argparse
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VM_DIR = REPO / "tests" / "vm"
+INFRA = REPO / "tests" / "infra"
+CACHE = Path(os.environ.get("PEERMEM_CACHE") or
+             Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "peermem-rs")
+CACHE_WORK = CACHE / "work"
+BUILD_ROOT = CACHE / "root"
+
+KVM_PROBE_TIMEOUT = 60
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+
+def topology():
+    with open(VM_DIR / "topology.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def kernel_dir():
+    """The cached test kernel's build directory (builds it on first use)."""
+    out = subprocess.run([str(INFRA / "build-kernel.sh")], check=True, stdout=subprocess.PIPE, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def base_initramfs():
+    """busybox and our /init, as a cpio archive. Cached by content."""
+    init = (VM_DIR / "init.sh").read_bytes()
+    busybox = BUILD_ROOT / "bin" / "busybox"
+    key = hashlib.sha256(init + busybox.read_bytes()).hexdigest()[:16]
+    out = CACHE_WORK / "initramfs" / f"base-{key}.cpio"
+    if out.exists():
+        return out
+    stage = CACHE_WORK / "initramfs" / f"stage-{key}"
+    shutil.rmtree(stage, ignore_errors=True)
+    (stage / "bin").mkdir(parents=True)
+    shutil.copy2(busybox, stage / "bin" / "busybox")
+    (stage / "init").write_bytes(init)
+    (stage / "init").chmod(0o755)
+    for d in ("dev", "proc", "sys", "tmp", "results"):
+        (stage / d).mkdir()
+    tmp = out.with_suffix(".tmp")
+    cpio(stage, tmp)
+    tmp.rename(out)
+    shutil.rmtree(stage)
+    return out
+
+
+def cpio(directory, out):
+    """Pack a directory as a newc cpio archive (the initramfs format), owned by root."""
+    directory = Path(directory)
+    ino = 1
+    with open(out, "wb") as f:
+        def entry(name, mode, data=b"", nlink=1):
+            nonlocal ino
+            name_b = name.encode() + b"\0"
+            hdr = "070701" + "".join(f"{v:08x}" for v in (
+                ino, mode, 0, 0, nlink, 0, len(data), 0, 0, 0, 0, len(name_b), 0))
+            ino += 1
+            f.write(hdr.encode() + name_b)
+            f.write(b"\0" * (-(110 + len(name_b)) % 4))
+            f.write(data)
+            f.write(b"\0" * (-len(data) % 4))
+        for root, dirs, files in os.walk(directory):
+            dirs.sort()
+            rel = Path(root).relative_to(directory)
+            if str(rel) != ".":
+                entry(str(rel), 0o040755, nlink=2)
+            for name in sorted(files):
+                p = Path(root) / name
+                st = p.lstat()
+                if p.is_symlink():
+                    entry(str(rel / name), 0o120777, os.readlink(p).encode())
+                else:
+                    entry(str(rel / name), 0o100000 | (st.st_mode & 0o7777), p.read_bytes())
+        entry("TRAILER!!!", 0)
+
+
+def initramfs(payload, plan, results):
+    """The base archive followed by one holding the payload under /payload (and the plan): the kernel
+    unpacks concatenated archives in order."""
+    stage = results / "initramfs-stage"
+    shutil.rmtree(stage, ignore_errors=True)
+    if payload is not None:
+        shutil.copytree(payload, stage / "payload", symlinks=True)
+    else:
+        (stage / "payload").mkdir(parents=True)
+    (stage / "payload" / "plan.sh").write_text(plan)
+    cpio(stage, results / "payload.cpio")
+    shutil.rmtree(stage)
+    out = results / "initramfs.cpio"
+    with open(out, "wb") as f:
+        f.write(base_initramfs().read_bytes())
+        f.write((results / "payload.cpio").read_bytes())
+    (results / "payload.cpio").unlink()
+    return out
+
+
+def split_serial(results):
+    """Turn the guest's ttyS1 stream into files: output, rc (plan.rc), each result file, dmesg."""
+    raw = (results / "ttyS1.raw").read_bytes().replace(b"\r\n", b"\n")
+    name = None
+    parts = {}
+    for line in raw.split(b"\n"):
+        if line.startswith(b"==peermem== section "):
+            name = line.split(b" ", 2)[2].decode(errors="replace").strip()
+            parts[name] = []
+        elif line.startswith(b"==peermem== rc "):
+            parts["plan.rc"] = [line.split()[2]]
+            name = None
+        elif line.startswith(b"==peermem== end"):
+            name = None
+        elif name is not None:
+            parts[name].append(line)
+    for name, lines in parts.items():
+        if "/" in name or name.startswith("."):
+            continue
+        (results / name).write_bytes(b"\n".join(lines) + b"\n")
+
+
+@dataclass
+class BootResult:
+    variant: str
+    accel: str
+    seconds: float
+    timed_out: bool
+    qemu_rc: int
+    plan_rc: int | None          # None: the plan never finished (crash, hang, panic)
+    userspace_s: float | None    # guest uptime when /init started
+    results: Path
+
+    @property
+    def console(self):
+        return (self.results / "console.log").read_text(errors="replace")
+
+
+def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), interactive=False):
+    topo = topology()
+    machine = topo["machine"]
+    variant = topo["variants"][variant_name]
+    layout = topo["layouts"][variant["layout"]]
+    args = ["qemu-system-x86_64", "-machine", "q35", "-m", str(machine["memory_mib"]),
+            "-smp", str(machine["cpus"]), "-no-reboot", "-nodefaults", "-display", "none"]
+    if accel == "kvm":
+        args += ["-accel", "kvm", "-cpu", "host"]
+    else:
+        args += ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    cmdline = ["console=ttyS0", "rdinit=/init", "panic=-1", "kasan_multi_shot", "no_hash_pointers",
+               "hung_task_panic=0"]
+    if variant["iommu"]:
+        # The IOMMU must be created before the devices it translates for.
+        args += ["-device", "intel-iommu,intremap=off"]
+        cmdline += ["intel_iommu=on", "iommu.strict=1"]
+    gpu_mem = "gpumem"
+    args += ["-object", f"memory-backend-memfd,id={gpu_mem},size={machine['gpu_bar_mib']}M,share=on"]
+    for dev in layout["devices"]:
+        args += ["-device", dev.format(gpu_mem=gpu_mem)]
+    args += ["-kernel", str(kdir / "arch/x86/boot/bzImage"), "-initrd", str(initrd),
+             "-append", " ".join([*cmdline, *cmdline_extra])]
+    # ttyS0: the console. ttyS1: the results channel.
+    if interactive:
+        args += ["-serial", "mon:stdio"]
+    else:
+        args += ["-serial", "stdio", "-monitor", "none"]
+    args += ["-serial", f"file:{results}/ttyS1.raw"]
+    return args
+
+
+class VmLock:
+    """Serialise VM runs on this machine."""
+
+    def __enter__(self):
+        CACHE.mkdir(parents=True, exist_ok=True)
+        self.f = open(CACHE / "vm.lock", "w")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another VM run holds the lock; waiting")
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False, cmdline_extra=()):
+    """Boot once, run `plan` (a shell script text) in the guest, return a BootResult."""
+    kdir = kdir or kernel_dir()
+    results = Path(results).resolve()
+    shutil.rmtree(results, ignore_errors=True)
+    results.mkdir(parents=True)
+    initrd = initramfs(Path(payload).resolve() if payload else None, plan, results)
+    args = qemu_args(variant, accel, kdir, initrd, results, cmdline_extra)
+    (results / "qemu-args").write_text("\n".join(args) + "\n")
+    env = dict(os.environ, IN_ROOT_BINDS=str(results))
+    userspace_s = None
+    timed_out = False
+    with VmLock(), open(results / "console.log", "wb") as console:
+        start = time.monotonic()
+        proc = subprocess.Popen([str(INFRA / "in-root"), *args], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        os.set_blocking(proc.stdout.fileno(), False)
+        buf = b""
+        while True:
+            chunk = None
+            try:
+                chunk = proc.stdout.read()
+            except BlockingIOError:
+                pass
+            if chunk:
+                console.write(chunk)
+                console.flush()
+                if echo:
+                    sys.stderr.buffer.write(chunk)
+                    sys.stderr.flush()
+                buf = (buf + chunk)[-4096:]
+                if userspace_s is None and b"peermem-vm: userspace after" in buf:
+                    line = buf.split(b"peermem-vm: userspace after", 1)[1].split(b"\n", 1)[0]
+                    try:
+                        userspace_s = float(line.split()[0])
+                    except (ValueError, IndexError):
+                        pass
+            elif chunk == b"" and proc.poll() is not None:
+                break
+            if time.monotonic() - start > timeout:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+            time.sleep(0.05)
+        qemu_rc = proc.wait()
+        seconds = time.monotonic() - start
+    if (results / "ttyS1.raw").exists():
+        split_serial(results)
+    rc_file = results / "plan.rc"
+    plan_rc = int(rc_file.read_text()) if rc_file.exists() else None
+    return BootResult(variant, accel, seconds, timed_out, qemu_rc, plan_rc, userspace_s, results)
+
+
+def probe_kvm(kdir):
+    """Can this machine boot the test kernel under KVM? Returns (usable, reason).
+
+    /dev/kvm may exist while nested KVM hangs the guest at kernel decompression, so the only
+    reliable probe is a real boot with a short timeout. The answer is cached per machine boot.
+    """
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False, "no usable /dev/kvm"
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    cache = CACHE / f"kvm-probe-{boot_id}-{kdir.name}"
+    if cache.exists():
+        usable, reason = cache.read_text().split("\n", 1)
+        return usable == "yes", reason.strip() + " (cached)"
+    res = boot("switch", "true\n", None, CACHE_WORK / "kvm-probe", "kvm", KVM_PROBE_TIMEOUT, kdir)
+    if res.plan_rc == 0:
+        usable, reason = True, f"KVM boot reached userspace in {res.seconds:.1f} s"
+    elif res.timed_out:
+        tail = res.console.strip().splitlines()[-1:] or ["<no console output>"]
+        usable, reason = False, f"KVM boot hung for {KVM_PROBE_TIMEOUT} s (last console line: {tail[0]!r})"
+    else:
+        usable, reason = False, f"KVM boot failed (qemu exit {res.qemu_rc})"
+    cache.write_text(("yes" if usable else "no") + "\n" + reason + "\n")
+    return usable, reason
+
+
+def choose_accel(kdir):
+    """PEERMEM_ACCEL=kvm|tcg forces; otherwise probe KVM and fall back to TCG."""
+    forced = os.environ.get("PEERMEM_ACCEL", "auto")
+    if forced in ("kvm", "tcg"):
+        return forced, f"forced by PEERMEM_ACCEL={forced}"
+    usable, reason = probe_kvm(kdir)
+    return ("kvm" if usable else "tcg"), reason
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("boot", help="boot once and run a plan")
+    b.add_argument("--variant", default="switch")
+    b.add_argument("--plan", required=True, help="shell script to run in the guest")
+    b.add_argument("--payload", required=True)
+    b.add_argument("--results", required=True)
+    b.add_argument("--timeout", type=int, default=1800)
+    b.add_argument("--echo", action="store_true", help="copy the console to stderr")
+    sub.add_parser("probe", help="report which accelerator a run would use")
+    s = sub.add_parser("shell", help="interactive guest shell on the console")
+    s.add_argument("--variant", default="switch")
+    s.add_argument("--payload", default=str(REPO / ".build" / "payload"))
+    a = ap.parse_args()
+
+    kdir = kernel_dir()
+    if a.cmd == "probe":
+        accel, reason = choose_accel(kdir)
+        print(f"accelerator: {accel} ({reason})")
+        return 0
+    if a.cmd == "boot":
+        accel, reason = choose_accel(kdir)
+        log(f"booting variant {a.variant} with {accel} ({reason})")
+        res = boot(a.variant, Path(a.plan).read_text(), a.payload, a.results, accel, a.timeout, kdir,
+                   echo=a.echo)
+        log(f"boot {'timed out' if res.timed_out else 'ended'} after {res.seconds:.1f} s, "
+            f"userspace at {res.userspace_s} s, plan exit {res.plan_rc}")
+        return 0 if res.plan_rc == 0 else 1
+    if a.cmd == "shell":
+        accel, reason = choose_accel(kdir)
+        results = REPO / ".build" / "shell-results"
+        shutil.rmtree(results, ignore_errors=True)
+        results.mkdir(parents=True)
+        initrd = initramfs(Path(a.payload).resolve(), "", results)
+        args = qemu_args(a.variant, accel, kdir, initrd, results,
+                         cmdline_extra=["peermem.shell=1"], interactive=True)
+        env = dict(os.environ, IN_ROOT_BINDS=str(results))
+        with VmLock():
+            return subprocess.call([str(INFRA / "in-root"), *args], env=env)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
