@@ -2,3 +2,10 @@
 
 //! The pure logic of peermem-rs: plain `core` Rust with no kernel dependency, so the same files build
 //! in the module and on the host (crates/peermem-logic), where `cargo test` exercises them.
+
+pub mod cause;
+pub mod range;
+pub mod ratelimit;
+pub mod registration;
+pub mod stats;
+pub mod tables;

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Why peermem-rs refused something: the causes it explains in the kernel log and counts.
+//!
+//! Every refusal maps to one cause, with a fixed name (the statistics key) and a sentence that says
+//! what happened and what to do. nvidia-peermem answers most of these with a bare errno, or not at
+//! all; an operator reading `dmesg` should not need the source to understand an EFAULT.
+
+/// A cause of refusal. The discriminants index the per-cause counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The range is empty, wraps around the address space, or is larger than a page table counts.
+    BadRange,
+    /// The NVIDIA driver does not know the range as GPU memory of the calling process (EINVAL).
+    NotGpuMemory,
+    /// The GPU's BAR1 aperture is full (ENOMEM from the driver).
+    Bar1Exhausted,
+    /// The driver refuses peer DMA between this GPU and this NIC (ENOTSUPP from dma_map_pages).
+    TopologyUnsupported,
+    /// The driver returned a page table or DMA mapping of a version or shape we do not understand.
+    UnknownLayout,
+    /// The host's dma_device is not a PCI device, so the driver cannot map for it.
+    NotPciDevice,
+    /// The memory was freed (cudaFree, process exit) while it was being registered.
+    FreedWhileRegistering,
+    /// The host called us out of the protocol's order.
+    HostProtocol,
+    /// We ran out of kernel memory.
+    OutOfMemory,
+    /// Any other error from the NVIDIA driver.
+    DriverError,
+}
+
+impl Cause {
+    /// Every cause, in counter order.
+    pub const ALL: [Cause; 10] = [
+        Cause::BadRange,
+        Cause::NotGpuMemory,
+        Cause::Bar1Exhausted,
+        Cause::TopologyUnsupported,
+        Cause::UnknownLayout,
+        Cause::NotPciDevice,
+        Cause::FreedWhileRegistering,
+        Cause::HostProtocol,
+        Cause::OutOfMemory,
+        Cause::DriverError,
+    ];
+    /// Number of causes.
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// Index into per-cause counters.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The statistics key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::BadRange => "bad_range",
+            Cause::NotGpuMemory => "not_gpu_memory",
+            Cause::Bar1Exhausted => "bar1_exhausted",
+            Cause::TopologyUnsupported => "topology_unsupported",
+            Cause::UnknownLayout => "unknown_layout",
+            Cause::NotPciDevice => "not_pci_device",
+            Cause::FreedWhileRegistering => "freed_while_registering",
+            Cause::HostProtocol => "host_protocol",
+            Cause::OutOfMemory => "out_of_memory",
+            Cause::DriverError => "driver_error",
+        }
+    }
+
+    /// What happened and what to do, for the kernel log.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Cause::BadRange => "the range is empty, wraps around, or is too large for a GPU page table",
+            Cause::NotGpuMemory => {
+                "not GPU memory of the registering process (a host pointer, freed memory, or memory \
+                 of another process: register from the process that allocated it)"
+            }
+            Cause::Bar1Exhausted => {
+                "the GPU's BAR1 aperture is full: deregister memory, register smaller buffers, or use a \
+                 GPU/VBIOS with a larger BAR1 (see nvidia-smi -q -d MEMORY)"
+            }
+            Cause::TopologyUnsupported => {
+                "the NVIDIA driver refuses peer-to-peer DMA between this GPU and this NIC: put them \
+                 under one PCIe switch (nvidia-smi topo -m), or see NVreg_GrdmaPciTopoCheckOverride"
+            }
+            Cause::UnknownLayout => {
+                "the NVIDIA driver returned a page table or DMA mapping this peermem-rs does not \
+                 understand: rebuild peermem-rs against this driver's nv-p2p.h"
+            }
+            Cause::NotPciDevice => "the RDMA device is not a PCI device, the NVIDIA driver can only map for PCI peers",
+            Cause::FreedWhileRegistering => "the GPU memory was freed while it was being registered",
+            Cause::HostProtocol => "the peer-memory host called out of order (a bug in the host)",
+            Cause::OutOfMemory => "out of kernel memory",
+            Cause::DriverError => "the NVIDIA driver failed",
+        }
+    }
+
+    /// The cause of an errno returned by the NVIDIA driver's pin call (get_pages).
+    pub fn of_pin_errno(errno: i32) -> Cause {
+        match errno {
+            EINVAL => Cause::NotGpuMemory,
+            ENOMEM => Cause::Bar1Exhausted,
+            _ => Cause::DriverError,
+        }
+    }
+
+    /// The cause of an errno returned by the NVIDIA driver's dma_map_pages.
+    pub fn of_map_errno(errno: i32) -> Cause {
+        match errno {
+            ENOTSUPP | EOPNOTSUPP => Cause::TopologyUnsupported,
+            ENOMEM => Cause::OutOfMemory,
+            _ => Cause::DriverError,
+        }
+    }
+}
+
+/// Linux errno values the logic needs (positive, as in `include/uapi/asm-generic/errno*.h`).
+pub const EINVAL: i32 = 22;
+pub const ENOMEM: i32 = 12;
+pub const EFAULT: i32 = 14;
+pub const EOPNOTSUPP: i32 = 95;
+/// The kernel-internal "operation not supported" the NVIDIA driver returns (not in uapi).
+pub const ENOTSUPP: i32 = 524;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_are_dense_and_names_unique() {
+        for (i, c) in Cause::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+            assert!(!c.explain().is_empty());
+            for d in &Cause::ALL[i + 1..] {
+                assert_ne!(c.name(), d.name());
+            }
+        }
+    }
+
+    #[test]
+    fn errnos_map_to_causes() {
+        assert_eq!(Cause::of_pin_errno(EINVAL), Cause::NotGpuMemory);
+        assert_eq!(Cause::of_pin_errno(ENOMEM), Cause::Bar1Exhausted);
+        assert_eq!(Cause::of_pin_errno(5), Cause::DriverError);
+        assert_eq!(Cause::of_map_errno(ENOTSUPP), Cause::TopologyUnsupported);
+    }
+}

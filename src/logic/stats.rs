@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The statistics peermem-rs reports, and their text form.
+//!
+//! The module keeps the counters in atomics; this is the snapshot it formats, one `key value` per
+//! line, so scripts (and gdr-doctor) can read it without a parser.
+
+use crate::logic::cause::Cause;
+use core::fmt;
+
+/// A snapshot of the module's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Registrations between acquire and release right now.
+    pub live_registrations: u64,
+    /// Bytes of GPU memory pinned right now.
+    pub pinned_bytes: u64,
+    /// acquire calls that said "mine".
+    pub acquired: u64,
+    /// Registrations that completed dma_map.
+    pub registrations: u64,
+    /// Free callbacks that invalidated a registration through the host.
+    pub invalidations: u64,
+    /// Free callbacks that found a deregistration in flight and left the host alone.
+    pub invalidations_skipped: u64,
+    /// Registrations released.
+    pub releases: u64,
+    /// Refusals by cause, indexed by `Cause::index`.
+    pub errors: [u64; Cause::COUNT],
+}
+
+impl fmt::Display for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "live_registrations {}", self.live_registrations)?;
+        writeln!(f, "pinned_bytes {}", self.pinned_bytes)?;
+        writeln!(f, "acquired {}", self.acquired)?;
+        writeln!(f, "registrations {}", self.registrations)?;
+        writeln!(f, "invalidations {}", self.invalidations)?;
+        writeln!(f, "invalidations_skipped {}", self.invalidations_skipped)?;
+        writeln!(f, "releases {}", self.releases)?;
+        for c in Cause::ALL {
+            writeln!(f, "error_{} {}", c.name(), self.errors[c.index()])?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn formats_key_value_lines() {
+        let mut s = Snapshot { live_registrations: 2, pinned_bytes: 131072, ..Default::default() };
+        s.errors[Cause::Bar1Exhausted.index()] = 3;
+        let text = s.to_string();
+        assert!(text.starts_with("live_registrations 2\npinned_bytes 131072\n"));
+        assert!(text.contains("\nerror_bar1_exhausted 3\n"));
+        assert_eq!(text.lines().count(), 7 + Cause::COUNT);
+    }
+}

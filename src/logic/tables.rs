@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Checks of what the NVIDIA driver hands back: page tables and DMA mappings.
+//!
+//! Both are versioned structures whose first `u32` is a version: major in the high 16 bits, minor in
+//! the low 16. A structure is compatible when the major matches and the minor is at least the one
+//! expected. Page tables come in two layouts: 1.x (up to driver 575) and 2.x (580+, with a `flags`
+//! field appended); peermem-rs reads only the fields both share, so it accepts both majors.
+
+/// The page-table version nv-p2p.h declares up to driver 575.
+pub const PAGE_TABLE_VERSION_1: u32 = 0x0001_0002;
+/// The page-table version since driver 580 (a `flags` field appended).
+pub const PAGE_TABLE_VERSION_2: u32 = 0x0002_0000;
+/// The DMA-mapping version peermem-rs understands.
+pub const DMA_MAPPING_VERSION: u32 = 0x0002_0003;
+/// `enum nvidia_p2p_page_size_type`: 64 KiB pages.
+pub const PAGE_SIZE_64KB: u32 = 1;
+
+/// Same major, minor at least the expected one (NVIDIA_P2P_VERSION_COMPATIBLE).
+pub fn version_compatible(actual: u32, expected: u32) -> bool {
+    actual >> 16 == expected >> 16 && actual & 0xffff >= expected & 0xffff
+}
+
+/// What is wrong with a page table or a DMA mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableError {
+    /// A version this module does not know.
+    Version(u32),
+    /// Pages that are not 64 KiB (the `nvidia_p2p_page_size_type` value).
+    PageSize(u32),
+    /// Fewer or more entries than the pinned range has GPU pages.
+    Entries { got: u32, want: u32 },
+}
+
+/// The fields of a page table that matter, read from the driver's structure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageTableHeader {
+    pub version: u32,
+    pub page_size: u32,
+    pub entries: u32,
+}
+
+impl PageTableHeader {
+    /// Is this a page table peermem-rs can use for a pin of `pages` GPU pages?
+    pub fn check(&self, pages: u32) -> Result<(), TableError> {
+        if !version_compatible(self.version, PAGE_TABLE_VERSION_1)
+            && !version_compatible(self.version, PAGE_TABLE_VERSION_2)
+        {
+            return Err(TableError::Version(self.version));
+        }
+        if self.page_size != PAGE_SIZE_64KB {
+            return Err(TableError::PageSize(self.page_size));
+        }
+        if self.entries != pages {
+            return Err(TableError::Entries { got: self.entries, want: pages });
+        }
+        Ok(())
+    }
+}
+
+/// The fields of a DMA mapping that matter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DmaMappingHeader {
+    pub version: u32,
+    pub page_size_type: u32,
+    pub entries: u32,
+}
+
+impl DmaMappingHeader {
+    /// Is this a mapping peermem-rs can turn into `pages` SG entries?
+    pub fn check(&self, pages: u32) -> Result<(), TableError> {
+        if !version_compatible(self.version, DMA_MAPPING_VERSION) {
+            return Err(TableError::Version(self.version));
+        }
+        if self.page_size_type != PAGE_SIZE_64KB {
+            return Err(TableError::PageSize(self.page_size_type));
+        }
+        if self.entries != pages {
+            return Err(TableError::Entries { got: self.entries, want: pages });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_rule() {
+        assert!(version_compatible(0x0001_0002, 0x0001_0002));
+        assert!(version_compatible(0x0001_0003, 0x0001_0002));
+        assert!(!version_compatible(0x0001_0001, 0x0001_0002));
+        assert!(!version_compatible(0x0002_0002, 0x0001_0002));
+    }
+
+    #[test]
+    fn page_tables_of_both_layouts_pass() {
+        for version in [PAGE_TABLE_VERSION_1, PAGE_TABLE_VERSION_2, 0x0002_0001] {
+            let h = PageTableHeader { version, page_size: PAGE_SIZE_64KB, entries: 4 };
+            assert_eq!(h.check(4), Ok(()));
+        }
+    }
+
+    #[test]
+    fn bad_page_tables_are_named() {
+        let ok = PageTableHeader { version: PAGE_TABLE_VERSION_1, page_size: PAGE_SIZE_64KB, entries: 4 };
+        assert_eq!(PageTableHeader { version: 0x0001_0001, ..ok }.check(4), Err(TableError::Version(0x0001_0001)));
+        assert_eq!(PageTableHeader { version: 0x0003_0000, ..ok }.check(4), Err(TableError::Version(0x0003_0000)));
+        assert_eq!(PageTableHeader { page_size: 0, ..ok }.check(4), Err(TableError::PageSize(0)));
+        assert_eq!(ok.check(5), Err(TableError::Entries { got: 4, want: 5 }));
+    }
+
+    #[test]
+    fn mappings() {
+        let ok = DmaMappingHeader { version: DMA_MAPPING_VERSION, page_size_type: PAGE_SIZE_64KB, entries: 2 };
+        assert_eq!(ok.check(2), Ok(()));
+        assert_eq!(DmaMappingHeader { version: 0x0002_0002, ..ok }.check(2), Err(TableError::Version(0x0002_0002)));
+        assert_eq!(DmaMappingHeader { version: 0x0001_0003, ..ok }.check(2), Err(TableError::Version(0x0001_0003)));
+        assert_eq!(ok.check(3), Err(TableError::Entries { got: 2, want: 3 }));
+    }
+}
