@@ -290,7 +290,8 @@ def probe_kvm(kdir):
         tail = res.console.strip().splitlines()[-1:] or ["<no console output>"]
         usable, reason = False, f"KVM boot hung for {KVM_PROBE_TIMEOUT} s (last console line: {tail[0]!r})"
     else:
-        usable, reason = False, f"KVM boot failed (qemu exit {res.qemu_rc})"
+        errors = [l for l in res.console.splitlines() if "qemu-system" in l or "error" in l.lower()]
+        usable, reason = False, f"KVM boot failed (qemu exit {res.qemu_rc}: {errors[-1] if errors else 'no output'})"
     cache.write_text(("yes" if usable else "no") + "\n" + reason + "\n")
     return usable, reason
 
