@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Userspace helpers for the peer-memory host stand-in (tests/standins/peer_mem_host): its ioctls
+ * used the way ibv_reg_mr / ibv_dereg_mr and RDMA reads and writes are, its counters, the
+ * /sys/kernel/mm/memory_peers statistics, and loading and unloading modules from $PEERMEM_MODULES.
+ * Header-only, libc only.
+ *
+ *   int fd = pmh_open();
+ *   struct pmh_reg_mr mr;
+ *   pmh_reg(fd, addr, len, PMH_REG_WRITE, &mr);          // 0 or -errno
+ *   pmh_dma(fd, mr.handle, 0, buf, n, PMH_DMA_TO_MR);     // RDMA write through the NIC
+ *   pmh_dereg(fd, mr.handle);
+ *
+ * Include path: -I tests/standins/include (for uapi/peer_mem_host.h).
+ */
+#ifndef PEERMEM_SELFTESTS_PMH_H
+#define PEERMEM_SELFTESTS_PMH_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "uapi/peer_mem_host.h"
+
+#define PMH_DEBUGFS "/sys/kernel/debug/peer_mem_host"
+#define MEMORY_PEERS "/sys/kernel/mm/memory_peers"
+
+static inline int pmh_open(void)
+{
+	int fd = open(PMH_DEVICE, O_RDWR | O_CLOEXEC);
+
+	return fd < 0 ? -errno : fd;
+}
+
+/* ibv_reg_mr. Returns 0 or -errno; @out (may be NULL) gets the registration's details. */
+static inline int pmh_reg(int fd, const void *addr, size_t len, unsigned int flags,
+			  struct pmh_reg_mr *out)
+{
+	struct pmh_reg_mr reg = {
+		.addr = (uintptr_t)addr, .length = len, .flags = flags,
+	};
+
+	int ret = ioctl(fd, PMH_IOC_REG_MR, &reg) ? -errno : 0;
+
+	if (out)
+		*out = reg;
+	return ret;
+}
+
+static inline int pmh_dereg(int fd, __u64 handle)
+{
+	return ioctl(fd, PMH_IOC_DEREG_MR, &handle) ? -errno : 0;
+}
+
+/* Returns 0 or -errno; up to @max_sges SG entries go to @sges (may be NULL). */
+static inline int pmh_query(int fd, __u64 handle, struct pmh_query_mr *q, struct pmh_sge *sges,
+			    unsigned int max_sges)
+{
+	memset(q, 0, sizeof(*q));
+	q->handle = handle;
+	q->sges = (uintptr_t)sges;
+	q->max_sges = sges ? max_sges : 0;
+	return ioctl(fd, PMH_IOC_QUERY_MR, q) ? -errno : 0;
+}
+
+/* The NIC moves @len bytes between @buf and the MR at @offset. Returns 0 or -errno. */
+static inline int pmh_dma(int fd, __u64 handle, __u64 offset, void *buf, __u64 len,
+			  unsigned int direction)
+{
+	struct pmh_dma d = {
+		.handle = handle, .offset = offset, .length = len, .buf = (uintptr_t)buf,
+		.direction = direction,
+	};
+
+	return ioctl(fd, PMH_IOC_DMA, &d) ? -errno : 0;
+}
+
+/* The contents of a small text file, without the trailing newline. Returns 0 or -errno. */
+static inline int read_text(const char *path, char *buf, size_t size)
+{
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	while (n > 0 && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	return 0;
+}
+
+static inline int write_text(const char *path, const char *text)
+{
+	ssize_t n;
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = write(fd, text, strlen(text));
+	close(fd);
+	return n < 0 ? -errno : 0;
+}
+
+/* A number in a file; LLONG_MIN if it cannot be read. */
+static inline long long read_number(const char *path)
+{
+	char buf[64];
+
+	if (read_text(path, buf, sizeof(buf)))
+		return (-9223372036854775807LL - 1);
+	return strtoll(buf, NULL, 0);
+}
+
+/* A host-wide counter in /sys/kernel/debug/peer_mem_host/. */
+static inline long long pmh_counter(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), PMH_DEBUGFS "/%s", name);
+	return read_number(path);
+}
+
+/* A statistic in /sys/kernel/mm/memory_peers/<client>/. */
+static inline long long peer_stat(const char *client, const char *stat)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), MEMORY_PEERS "/%s/%s", client, stat);
+	return read_number(path);
+}
+
+static inline int path_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* Where the modules are: $PEERMEM_MODULES, or /payload/modules. */
+static inline const char *modules_dir(void)
+{
+	const char *d = getenv("PEERMEM_MODULES");
+
+	return d && *d ? d : "/payload/modules";
+}
+
+/* insmod $PEERMEM_MODULES/<file> with @params. Returns 0 or -errno (-EEXIST if loaded). */
+static inline int mod_load(const char *file, const char *params)
+{
+	char path[512];
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/%s", modules_dir(), file);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ret = syscall(SYS_finit_module, fd, params ? params : "", 0) ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+/* rmmod without waiting. Returns 0, -ENOENT (not loaded) or -errno (e.g. -EAGAIN: in use). */
+static inline int mod_unload(const char *name)
+{
+	return syscall(SYS_delete_module, name, O_NONBLOCK) ? -errno : 0;
+}
+
+static inline int mod_loaded(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/module/%s/initstate", name);
+	return path_exists(path);
+}
+
+/* Unload if loaded, retrying while references drain (closing files, exiting processes). */
+static inline int mod_unload_wait(const char *name)
+{
+	int i, ret = 0;
+
+	for (i = 0; i < 100; i++) {
+		ret = mod_unload(name);
+		if (ret == 0 || ret == -ENOENT)
+			return 0;
+		usleep(50 * 1000);
+	}
+	return ret;
+}
+
+#endif /* PEERMEM_SELFTESTS_PMH_H */
