@@ -12,6 +12,9 @@
     non_upper_case_globals,
     non_snake_case,
     missing_docs,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
+    improper_ctypes,
     clippy::all,
     clippy::undocumented_unsafe_blocks
 )]
@@ -23,9 +26,17 @@ mod generated {
     include!("../bindings/generated.rs");
 }
 
+use kernel::str::{CStr, CStrExt};
+
 pub(crate) use generated::{
-    peer_memory_client, peer_memory_client_ex, IB_PEER_MEMORY_NAME_MAX, IB_PEER_MEMORY_VER_MAX,
+    ib_register_peer_memory_client, ib_unregister_peer_memory_client, invalidate_peer_memory,
+    nvidia_p2p_dma_map_pages, nvidia_p2p_dma_mapping, nvidia_p2p_dma_unmap_pages,
+    nvidia_p2p_get_pages, nvidia_p2p_page_table, nvidia_p2p_put_pages, peer_memory_client,
+    peer_memory_client_ex, IB_PEER_MEMORY_NAME_MAX, IB_PEER_MEMORY_VER_MAX,
+    PEER_MEM_INVALIDATE_UNMAPS,
 };
+#[cfg(peermem_persistent_api)]
+pub(crate) use generated::{nvidia_p2p_get_pages_persistent, nvidia_p2p_put_pages_persistent};
 
 /// The ABI facts the rest of the crate relies on, checked when the module is compiled.
 const _: () = {
@@ -38,10 +49,10 @@ const _: () = {
 };
 
 /// The module's version string (`MODULE_VERSION`), from the C shim.
-pub(crate) fn version() -> &'static kernel::str::CStr {
+pub(crate) fn version() -> &'static CStr {
     // SAFETY: `peermem_param_version` is a NUL-terminated `const char[]` defined in bindings/shim.c;
     // it is immutable and lives as long as the module.
-    unsafe { kernel::str::CStr::from_char_ptr(generated::peermem_param_version.as_ptr()) }
+    unsafe { CStr::from_char_ptr(generated::peermem_param_version.as_ptr()) }
 }
 
 /// The values of the module parameters, declared in the C shim so that they appear read-only in

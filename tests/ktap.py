@@ -53,26 +53,44 @@ def status_of(word, directive):
     return "pass"
 
 
-def parse_ksft(text):
-    """Parse ksft-run.sh output into Cases (top-level results and their direct subtests)."""
-    cases = []
-    pending_sub = []
-    pending_out = []
-    for line in text.splitlines():
+def parse_level(lines):
+    """Results at this KTAP level, each with its subtests: the "# "-prefixed lines that precede it,
+    parsed as the next level. Returns [(status, name, directive, children, output)]."""
+    nodes = []
+    pending = []
+    for line in lines:
         m = RESULT.match(line)
         if m:
             word, _, name, directive = m.groups()
-            cases.append(Case(name=name, status=status_of(word, directive), reason=directive or "",
-                              subtests=pending_sub, output=pending_out))
-            pending_sub, pending_out = [], []
+            nodes.append((status_of(word, directive), name, directive or "", parse_level(pending), pending))
+            pending = []
+        elif line.startswith("#"):
+            pending.append(line[2:] if line.startswith("# ") else line[1:])
+    return nodes
+
+
+def leaves_of(nodes):
+    """(status, name, directive) of the innermost results below `nodes`. A node whose own status
+    is a failure while none of its children failed (exit status, timeout, crash) counts itself."""
+    out = []
+    for status, name, directive, children, _ in nodes:
+        below = leaves_of(children)
+        if not below:
+            out.append((status, name, directive))
             continue
-        if line.startswith("# "):
-            inner = line[2:]
-            pending_out.append(inner)
-            sm = RESULT.match(inner)
-            if sm:
-                w, _, n, d = sm.groups()
-                pending_sub.append((status_of(w, d), n, d or ""))
+        out.extend((s, f"{name}: {n}", d) for s, n, d in below)
+        if status == "fail" and not any(s == "fail" for s, _, _ in below):
+            out.append(("fail", f"{name}: exit", directive))
+    return out
+
+
+def parse_ksft(text):
+    """Parse ksft-run.sh output into Cases: one per test program, with its innermost results as
+    subtests."""
+    cases = []
+    for status, name, directive, children, output in parse_level(text.splitlines()):
+        subtests = leaves_of(children)
+        cases.append(Case(name=name, status=status, reason=directive, subtests=subtests, output=output))
     return cases
 
 

@@ -22,14 +22,32 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "vm"))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "demo"))
 
 import ktap  # noqa: E402
 import vm    # noqa: E402
 
 REPO = vm.REPO
 BUILD = REPO / ".build"
-PAYLOAD = BUILD / "payload"
 SELFTESTS = REPO / "tests" / "selftests"
+# Each run builds its payload and keeps its results in a directory of its own, so that runs started
+# side by side (they queue for the VM) cannot clobber each other's files. .build/latest points to
+# the newest; only the few newest are kept.
+RUN = BUILD / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+PAYLOAD = RUN / "payload"
+KEEP_RUNS = 6
+
+
+def new_run_dir():
+    RUN.mkdir(parents=True, exist_ok=True)
+    latest = BUILD / "latest"
+    tmp = BUILD / f".latest-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(RUN.name)
+    tmp.replace(latest)
+    runs = sorted(p for p in BUILD.glob("run-*") if p.is_dir())
+    for old in runs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)
 
 # Each VM boot costs a kernel boot under KASAN and lockdep, so tests share boots: a boot per topology
 # variant, running every collection that asks for that variant. A collection names its variants in a
@@ -77,7 +95,7 @@ def build(kdir):
     run([str(REPO / "tests/reference/build-nvidia-peermem.sh"), str(PAYLOAD / "modules")])
     log("building the kselftests")
     for collection in sorted(p.name for p in SELFTESTS.iterdir() if (p / "Makefile").exists()):
-        out = BUILD / "selftests-build" / collection
+        out = RUN / "selftests-build" / collection
         out.mkdir(parents=True, exist_ok=True)
         run([str(REPO / "tests/infra/in-root"), "make", "-s", "-C", str(SELFTESTS / collection),
              f"KSRC={ksrc}", f"OUTPUT={out}", "USERLDFLAGS=-static",
@@ -90,7 +108,7 @@ def build(kdir):
 def collection_tests(collection, ksrc):
     """The tests of a collection, in order, as lib.mk's emit_tests lists them."""
     out = run([str(REPO / "tests/infra/in-root"), "make", "-s", "-C", str(SELFTESTS / collection),
-               f"KSRC={ksrc}", f"OUTPUT={BUILD / 'selftests-build' / collection}", "emit_tests"])
+               f"KSRC={ksrc}", f"OUTPUT={RUN / 'selftests-build' / collection}", "emit_tests"])
     return [line.split(":", 1)[1] for line in out.splitlines() if ":" in line]
 
 
@@ -127,14 +145,14 @@ fi
 
 
 def vm_group(variant, collections, ksrc, accel, accel_reason, only, timeout):
-    plan = PLAN_PROLOGUE
+    plan = PLAN_PROLOGUE + f"export PEERMEM_VARIANT={variant}\n"
     for collection in collections:
         tests = [t for t in collection_tests(collection, ksrc) if not only or t in only]
         if tests:
             plan += f"sh /payload/ksft-run.sh /payload/selftests/{collection} {' '.join(tests)}\n"
     plan += PLAN_EPILOGUE
     log(f"VM boot: variant {variant} ({accel})")
-    res = vm.boot(variant, plan, PAYLOAD, BUILD / "results" / variant, accel, timeout)
+    res = vm.boot(variant, plan, PAYLOAD, RUN / "results" / variant, accel, timeout)
     header = [f"vm {variant}: {accel} ({accel_reason}); userspace after {res.userspace_s} s, "
               f"whole boot {res.seconds:.1f} s; logs in {res.results}"]
     output = (res.results / "output").read_text(errors="replace") if (res.results / "output").exists() else ""
@@ -164,13 +182,17 @@ def main():
     ap.add_argument("--tests", help="comma-separated kselftest names to run (default: all)")
     ap.add_argument("--no-cargo", action="store_true", help="skip cargo test")
     ap.add_argument("--no-vm", action="store_true", help="skip the VM boots")
+    ap.add_argument("--build-only", action="store_true", help="build the modules and tests, run nothing")
     ap.add_argument("--timeout", type=int, default=2400, help="seconds per VM boot")
     a = ap.parse_args()
 
     start = time.monotonic()
+    new_run_dir()
     kdir = vm.kernel_dir()
     ksrc = (kdir / "source").resolve()
     build(kdir)
+    if a.build_only:
+        return 0
 
     if a.shell:
         accel, reason = vm.choose_accel(kdir)

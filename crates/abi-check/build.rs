@@ -9,9 +9,18 @@ use std::path::{Path, PathBuf};
 
 /// The NVIDIA source packages the setup script unpacks, by short name.
 const NVIDIA_PACKAGES: &[(&str, &str)] = &[
-    ("nv550_open", "nvidia-open-kernel-source/modules/nvidia-open-kernel"),
-    ("nv535_tesla", "nvidia-tesla-535-kernel-source/modules/nvidia-tesla-535-kernel"),
-    ("nv470_tesla", "nvidia-tesla-470-kernel-source/modules/nvidia-tesla-470-kernel"),
+    (
+        "nv550_open",
+        "nvidia-open-kernel-source/modules/nvidia-open-kernel",
+    ),
+    (
+        "nv535_tesla",
+        "nvidia-tesla-535-kernel-source/modules/nvidia-tesla-535-kernel",
+    ),
+    (
+        "nv470_tesla",
+        "nvidia-tesla-470-kernel-source/modules/nvidia-tesla-470-kernel",
+    ),
 ];
 
 fn cache_dir() -> PathBuf {
@@ -27,7 +36,11 @@ fn cache_dir() -> PathBuf {
 /// The bindgen options of bindings/bindgen.args, applied to a builder. Only the options that file
 /// uses are understood; anything else is an error so the two builds cannot drift apart silently.
 fn apply_args(mut b: bindgen::Builder, args: &str) -> bindgen::Builder {
-    for line in args.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for line in args
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         let (opt, val) = line.split_once(' ').unwrap_or((line, ""));
         b = match opt {
             "--allowlist-type" => b.allowlist_type(val),
@@ -57,7 +70,10 @@ fn main() {
     for p in [&args_file, &layouts_file, &repo.join("bindings/bindings.h")] {
         println!("cargo:rerun-if-changed={}", p.display());
     }
-    println!("cargo:rerun-if-changed={}", peer_mem_inc.join("rdma/peer_mem.h").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        peer_mem_inc.join("rdma/peer_mem.h").display()
+    );
     println!("cargo:rerun-if-env-changed=PEERMEM_CACHE");
     println!("cargo:rerun-if-env-changed=PEER_MEM_INC");
     println!("cargo::rustc-check-cfg=cfg(abi_no_headers)");
@@ -79,18 +95,38 @@ fn main() {
     let mut found = Vec::new();
     for (name, dir) in NVIDIA_PACKAGES {
         let nv_dir = cache.join(dir).join("nvidia");
-        println!("cargo:rerun-if-changed={}", nv_dir.join("nv-p2p.h").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            nv_dir.join("nv-p2p.h").display()
+        );
         if !nv_dir.join("nv-p2p.h").exists() {
-            println!("cargo:warning=abi-check: {} not found; run `make setup` to fetch it", nv_dir.display());
+            println!(
+                "cargo:warning=abi-check: {} not found; run `make setup` to fetch it",
+                nv_dir.display()
+            );
             continue;
         }
         found.push(*name);
-        generate(name, &nv_dir, &peer_mem_inc, &repo, &manifest, &out, &args, &layouts, &mut rust);
+        generate(
+            name,
+            &nv_dir,
+            &peer_mem_inc,
+            &repo,
+            &manifest,
+            &out,
+            &args,
+            &layouts,
+            &mut rust,
+        );
     }
     if found.is_empty() {
         println!("cargo:rustc-cfg=abi_no_headers");
     }
-    writeln!(rust, "pub const HEADER_SETS: &[(&str, &[(&str, usize)], fn() -> Vec<(String, usize)>)] = &[").unwrap();
+    writeln!(
+        rust,
+        "pub const HEADER_SETS: &[(&str, &[(&str, usize)], fn() -> Vec<(String, usize)>)] = &["
+    )
+    .unwrap();
     for name in &found {
         writeln!(rust, "    (\"{name}\", {name}::RUST, {name}::c_layouts),").unwrap();
     }
@@ -110,7 +146,12 @@ fn generate(
     layouts: &[(String, Vec<String>)],
     rust: &mut String,
 ) {
-    let includes = [manifest.join("kstub"), nv_dir.to_path_buf(), peer_mem_inc.to_path_buf(), repo.join("bindings")];
+    let includes = [
+        manifest.join("kstub"),
+        nv_dir.to_path_buf(),
+        peer_mem_inc.to_path_buf(),
+        repo.join("bindings"),
+    ];
     let mut b = bindgen::Builder::default()
         .header(repo.join("bindings/bindings.h").display().to_string())
         .use_core()
@@ -135,10 +176,22 @@ fn generate(
     );
     for (st, fields) in layouts {
         writeln!(c, "  {{ \"sizeof({st})\", sizeof(struct {st}) }},").unwrap();
-        writeln!(r, "        (\"sizeof({st})\", core::mem::size_of::<{st}>()),").unwrap();
+        writeln!(
+            r,
+            "        (\"sizeof({st})\", core::mem::size_of::<{st}>()),"
+        )
+        .unwrap();
         for f in fields {
-            writeln!(c, "  {{ \"offsetof({st}, {f})\", offsetof(struct {st}, {f}) }},").unwrap();
-            writeln!(r, "        (\"offsetof({st}, {f})\", core::mem::offset_of!({st}, {f})),").unwrap();
+            writeln!(
+                c,
+                "  {{ \"offsetof({st}, {f})\", offsetof(struct {st}, {f}) }},"
+            )
+            .unwrap();
+            writeln!(
+                r,
+                "        (\"offsetof({st}, {f})\", core::mem::offset_of!({st}, {f})),"
+            )
+            .unwrap();
         }
     }
     writeln!(c, "}};\nconst size_t {name}_c_layouts_len = sizeof({name}_c_layouts) / sizeof({name}_c_layouts[0]);").unwrap();

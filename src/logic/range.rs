@@ -97,27 +97,6 @@ impl GpuRange {
     }
 }
 
-/// Which part of the first and the last GPU page a byte range really uses: what a host trims from
-/// its first and last SG entries when the client's page size is not PAGE_SIZE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EdgeTrim {
-    /// Bytes of the first page before `addr`.
-    pub head: u64,
-    /// Bytes of the last page after `addr + size`.
-    pub tail: u64,
-}
-
-impl GpuRange {
-    /// The trim of `[addr, addr + size)` within this range, or `None` if it does not cover it.
-    pub fn trim_for(&self, addr: u64, size: u64) -> Option<EdgeTrim> {
-        if size == 0 || !self.covers(addr, size) {
-            return None;
-        }
-        // `covers` guarantees `addr + size` fits and lies within the range.
-        Some(EdgeTrim { head: addr - self.start, tail: self.end() - (addr + size) })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,10 +115,16 @@ mod tests {
     fn refuses_empty_and_overflowing_ranges() {
         assert_eq!(GpuRange::covering(0x1000, 0), Err(RangeError::Empty));
         assert_eq!(GpuRange::covering(u64::MAX, 1), Err(RangeError::Overflow));
-        assert_eq!(GpuRange::covering(u64::MAX - 0x100, 0x80), Err(RangeError::Overflow));
+        assert_eq!(
+            GpuRange::covering(u64::MAX - 0x100, 0x80),
+            Err(RangeError::Overflow)
+        );
         assert_eq!(GpuRange::covering(1, u64::MAX), Err(RangeError::Overflow));
         // The last GPU page of the address space cannot be described: its end is 2^64.
-        assert_eq!(GpuRange::covering(u64::MAX - GPU_PAGE_SIZE + 1, 1), Err(RangeError::Overflow));
+        assert_eq!(
+            GpuRange::covering(u64::MAX - GPU_PAGE_SIZE + 1, 1),
+            Err(RangeError::Overflow)
+        );
         assert!(GpuRange::covering(u64::MAX - 2 * GPU_PAGE_SIZE + 1, 1).is_ok());
     }
 
@@ -156,13 +141,5 @@ mod tests {
         assert!(GpuRange::aligned(0x10001, 0x10000).is_err());
         assert!(GpuRange::aligned(0x10000, 0x1000).is_err());
         assert_eq!(GpuRange::aligned(0x10000, 0), Err(RangeError::Empty));
-    }
-
-    #[test]
-    fn trims_edges() {
-        let r = GpuRange::covering(0x1_0100, 0x2_0000).unwrap();
-        assert_eq!(r.trim_for(0x1_0100, 0x2_0000), Some(EdgeTrim { head: 0x100, tail: 0x1_0000 - 0x100 }));
-        assert_eq!(r.trim_for(0x0, 0x10), None);
-        assert_eq!(r.trim_for(0x1_0100, 0), None);
     }
 }

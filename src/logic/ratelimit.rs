@@ -26,7 +26,13 @@ pub struct RateLimit {
 
 impl RateLimit {
     pub const fn new(interval_ms: u64, burst: u32) -> Self {
-        Self { interval_ms, burst, window_start: None, printed: 0, suppressed: 0 }
+        Self {
+            interval_ms,
+            burst,
+            window_start: None,
+            printed: 0,
+            suppressed: 0,
+        }
     }
 
     /// Decide for a message at time `now_ms`.

@@ -189,7 +189,11 @@ impl Registration {
             torn_down: false,
             callback_running: false,
             driver_ref: DriverRef::None,
-            probe_pin: if keep_probe_pin && flavour == Flavour::Persistent { Some(range) } else { None },
+            probe_pin: if keep_probe_pin && flavour == Flavour::Persistent {
+                Some(range)
+            } else {
+                None
+            },
             core_context: 0,
         }
     }
@@ -249,9 +253,17 @@ impl Registration {
     }
 
     /// get_pages arrived for `range` with the host's `core_context`.
-    pub fn begin_get_pages(&mut self, range: GpuRange, core_context: u64) -> Result<PinPlan, Violation> {
+    pub fn begin_get_pages(
+        &mut self,
+        range: GpuRange,
+        core_context: u64,
+    ) -> Result<PinPlan, Violation> {
         if self.phase != Phase::Acquired {
-            return Err(if self.in_flight.is_some() { Violation::Overlap } else { Violation::OutOfOrder });
+            return Err(if self.in_flight.is_some() {
+                Violation::Overlap
+            } else {
+                Violation::OutOfOrder
+            });
         }
         if range != self.range {
             return Err(Violation::RangeMismatch);
@@ -286,13 +298,21 @@ impl Registration {
             return Ok(PinOutcome::Failed { drop_driver_ref });
         }
         self.phase = Phase::Pinned;
-        Ok(if self.torn_down { PinOutcome::TornDown } else { PinOutcome::Pinned })
+        Ok(if self.torn_down {
+            PinOutcome::TornDown
+        } else {
+            PinOutcome::Pinned
+        })
     }
 
     /// dma_map arrived. `Ok(false)`: the memory is being freed, refuse without a driver call.
     pub fn begin_dma_map(&mut self) -> Result<bool, Violation> {
         if self.phase != Phase::Pinned {
-            return Err(if self.in_flight.is_some() { Violation::Overlap } else { Violation::OutOfOrder });
+            return Err(if self.in_flight.is_some() {
+                Violation::Overlap
+            } else {
+                Violation::OutOfOrder
+            });
         }
         if self.torn_down {
             return Ok(false);
@@ -345,16 +365,27 @@ impl Registration {
         match self.phase {
             Phase::Pinned | Phase::Mapped => {}
             // Already unpinned, or never pinned: nothing to give back.
-            Phase::Unpinned | Phase::Acquired => return Ok(UnpinPlan { unmap_first: false, unpin: ReleaseCall::Skip }),
+            Phase::Unpinned | Phase::Acquired => {
+                return Ok(UnpinPlan {
+                    unmap_first: false,
+                    unpin: ReleaseCall::Skip,
+                })
+            }
             Phase::Released => return Err(Violation::OutOfOrder),
         }
         let unmap_first = self.phase == Phase::Mapped && !self.torn_down;
         self.phase = Phase::Unpinned;
         if self.torn_down {
-            return Ok(UnpinPlan { unmap_first: false, unpin: ReleaseCall::Skip });
+            return Ok(UnpinPlan {
+                unmap_first: false,
+                unpin: ReleaseCall::Skip,
+            });
         }
         self.start(Call::PutPages)?;
-        Ok(UnpinPlan { unmap_first, unpin: ReleaseCall::Call })
+        Ok(UnpinPlan {
+            unmap_first,
+            unpin: ReleaseCall::Call,
+        })
     }
 
     /// put_pages' driver call returned (`unpinned`: it returned 0). Returns whether the driver's
@@ -381,7 +412,9 @@ impl Registration {
         if self.in_flight.is_some() || self.phase == Phase::Released {
             CallbackPlan::SkipInvalidate
         } else {
-            CallbackPlan::Invalidate { core_context: self.core_context }
+            CallbackPlan::Invalidate {
+                core_context: self.core_context,
+            }
         }
     }
 
@@ -437,7 +470,12 @@ mod tests {
     #[test]
     fn invalidating_happy_path() {
         let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        assert_eq!(r.begin_get_pages(range(), 7), Ok(PinPlan::Pin { drop_probe_pin: None }));
+        assert_eq!(
+            r.begin_get_pages(range(), 7),
+            Ok(PinPlan::Pin {
+                drop_probe_pin: None
+            })
+        );
         assert_eq!(r.driver_ref(), DriverRef::Held);
         assert_eq!(r.finish_get_pages(true), Ok(PinOutcome::Pinned));
         assert_eq!(r.begin_dma_map(), Ok(true));
@@ -445,10 +483,23 @@ mod tests {
         assert!(r.driver_structures_alive());
         assert_eq!(r.begin_dma_unmap(), Ok(ReleaseCall::Call));
         r.finish_dma_unmap().unwrap();
-        assert_eq!(r.begin_put_pages(), Ok(UnpinPlan { unmap_first: false, unpin: ReleaseCall::Call }));
+        assert_eq!(
+            r.begin_put_pages(),
+            Ok(UnpinPlan {
+                unmap_first: false,
+                unpin: ReleaseCall::Call
+            })
+        );
         assert_eq!(r.finish_put_pages(true), Ok(true));
         assert_eq!(r.driver_ref(), DriverRef::None);
-        assert_eq!(r.release(), Ok(ReleasePlan { put_probe_pin: None, unmap: false, unpin: false }));
+        assert_eq!(
+            r.release(),
+            Ok(ReleasePlan {
+                put_probe_pin: None,
+                unmap: false,
+                unpin: false
+            })
+        );
     }
 
     #[test]
@@ -498,12 +549,22 @@ mod tests {
         r.finish_get_pages(true).unwrap();
         r.begin_dma_map().unwrap();
         r.finish_dma_map(true).unwrap();
-        assert_eq!(r.begin_callback(), CallbackPlan::Invalidate { core_context: 9 });
+        assert_eq!(
+            r.begin_callback(),
+            CallbackPlan::Invalidate { core_context: 9 }
+        );
         // A legacy host unmaps and unpins inline, on the callback's task.
         assert_eq!(r.begin_dma_unmap(), Ok(ReleaseCall::Skip));
         assert_eq!(r.begin_put_pages().unwrap().unpin, ReleaseCall::Skip);
         assert!(r.end_callback());
-        assert_eq!(r.release(), Ok(ReleasePlan { put_probe_pin: None, unmap: false, unpin: false }));
+        assert_eq!(
+            r.release(),
+            Ok(ReleasePlan {
+                put_probe_pin: None,
+                unmap: false,
+                unpin: false
+            })
+        );
     }
 
     #[test]
@@ -545,7 +606,14 @@ mod tests {
         r.finish_get_pages(true).unwrap();
         r.begin_dma_map().unwrap();
         r.finish_dma_map(true).unwrap();
-        assert_eq!(r.release(), Ok(ReleasePlan { put_probe_pin: None, unmap: true, unpin: true }));
+        assert_eq!(
+            r.release(),
+            Ok(ReleasePlan {
+                put_probe_pin: None,
+                unmap: true,
+                unpin: true
+            })
+        );
         assert!(r.released_unpin_done(true));
     }
 }

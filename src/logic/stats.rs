@@ -52,7 +52,11 @@ mod tests {
 
     #[test]
     fn formats_key_value_lines() {
-        let mut s = Snapshot { live_registrations: 2, pinned_bytes: 131072, ..Default::default() };
+        let mut s = Snapshot {
+            live_registrations: 2,
+            pinned_bytes: 131072,
+            ..Default::default()
+        };
         s.errors[Cause::Bar1Exhausted.index()] = 3;
         let text = s.to_string();
         assert!(text.starts_with("live_registrations 2\npinned_bytes 131072\n"));

@@ -52,7 +52,10 @@ impl PageTableHeader {
             return Err(TableError::PageSize(self.page_size));
         }
         if self.entries != pages {
-            return Err(TableError::Entries { got: self.entries, want: pages });
+            return Err(TableError::Entries {
+                got: self.entries,
+                want: pages,
+            });
         }
         Ok(())
     }
@@ -76,7 +79,10 @@ impl DmaMappingHeader {
             return Err(TableError::PageSize(self.page_size_type));
         }
         if self.entries != pages {
-            return Err(TableError::Entries { got: self.entries, want: pages });
+            return Err(TableError::Entries {
+                got: self.entries,
+                want: pages,
+            });
         }
         Ok(())
     }
@@ -97,26 +103,69 @@ mod tests {
     #[test]
     fn page_tables_of_both_layouts_pass() {
         for version in [PAGE_TABLE_VERSION_1, PAGE_TABLE_VERSION_2, 0x0002_0001] {
-            let h = PageTableHeader { version, page_size: PAGE_SIZE_64KB, entries: 4 };
+            let h = PageTableHeader {
+                version,
+                page_size: PAGE_SIZE_64KB,
+                entries: 4,
+            };
             assert_eq!(h.check(4), Ok(()));
         }
     }
 
     #[test]
     fn bad_page_tables_are_named() {
-        let ok = PageTableHeader { version: PAGE_TABLE_VERSION_1, page_size: PAGE_SIZE_64KB, entries: 4 };
-        assert_eq!(PageTableHeader { version: 0x0001_0001, ..ok }.check(4), Err(TableError::Version(0x0001_0001)));
-        assert_eq!(PageTableHeader { version: 0x0003_0000, ..ok }.check(4), Err(TableError::Version(0x0003_0000)));
-        assert_eq!(PageTableHeader { page_size: 0, ..ok }.check(4), Err(TableError::PageSize(0)));
+        let ok = PageTableHeader {
+            version: PAGE_TABLE_VERSION_1,
+            page_size: PAGE_SIZE_64KB,
+            entries: 4,
+        };
+        assert_eq!(
+            PageTableHeader {
+                version: 0x0001_0001,
+                ..ok
+            }
+            .check(4),
+            Err(TableError::Version(0x0001_0001))
+        );
+        assert_eq!(
+            PageTableHeader {
+                version: 0x0003_0000,
+                ..ok
+            }
+            .check(4),
+            Err(TableError::Version(0x0003_0000))
+        );
+        assert_eq!(
+            PageTableHeader { page_size: 0, ..ok }.check(4),
+            Err(TableError::PageSize(0))
+        );
         assert_eq!(ok.check(5), Err(TableError::Entries { got: 4, want: 5 }));
     }
 
     #[test]
     fn mappings() {
-        let ok = DmaMappingHeader { version: DMA_MAPPING_VERSION, page_size_type: PAGE_SIZE_64KB, entries: 2 };
+        let ok = DmaMappingHeader {
+            version: DMA_MAPPING_VERSION,
+            page_size_type: PAGE_SIZE_64KB,
+            entries: 2,
+        };
         assert_eq!(ok.check(2), Ok(()));
-        assert_eq!(DmaMappingHeader { version: 0x0002_0002, ..ok }.check(2), Err(TableError::Version(0x0002_0002)));
-        assert_eq!(DmaMappingHeader { version: 0x0001_0003, ..ok }.check(2), Err(TableError::Version(0x0001_0003)));
+        assert_eq!(
+            DmaMappingHeader {
+                version: 0x0002_0002,
+                ..ok
+            }
+            .check(2),
+            Err(TableError::Version(0x0002_0002))
+        );
+        assert_eq!(
+            DmaMappingHeader {
+                version: 0x0001_0003,
+                ..ok
+            }
+            .check(2),
+            Err(TableError::Version(0x0001_0003))
+        );
         assert_eq!(ok.check(3), Err(TableError::Entries { got: 2, want: 3 }));
     }
 }

@@ -16,6 +16,7 @@ cores and a TCG guest uses both.
 """
 
 import argparse
+import ctypes
 import fcntl
 import hashlib
 import os
@@ -198,6 +199,13 @@ def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), inte
     return args
 
 
+def die_with_parent():
+    """Runs in the QEMU child before exec: if this runner dies (killed, timed out), QEMU gets
+    SIGKILL instead of running on, orphaned, for the rest of a two-core machine's day."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class VmLock:
     """Serialise VM runs on this machine."""
 
@@ -231,7 +239,7 @@ def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False,
         start = time.monotonic()
         proc = subprocess.Popen([str(INFRA / "in-root"), *args], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_parent)
         os.set_blocking(proc.stdout.fileno(), False)
         buf = b""
         while True:

@@ -13,34 +13,61 @@ mod tests {
     use std::collections::BTreeMap;
 
     #[test]
-    #[cfg_attr(abi_no_headers, ignore = "no NVIDIA headers in the cache: run `make setup` first")]
+    #[cfg_attr(
+        abi_no_headers,
+        ignore = "no NVIDIA headers in the cache: run `make setup` first"
+    )]
     fn rust_and_c_layouts_agree() {
         assert!(!HEADER_SETS.is_empty());
         for (set, rust, c) in HEADER_SETS {
             let c: BTreeMap<String, usize> = c().into_iter().collect();
             assert_eq!(c.len(), rust.len(), "{set}: probe tables differ in length");
             for (what, rust_value) in rust.iter() {
-                let c_value = c.get(*what).unwrap_or_else(|| panic!("{set}: C probe lacks {what}"));
-                assert_eq!(rust_value, c_value, "{set}: {what}: bindgen says {rust_value}, C says {c_value}");
+                let c_value = c
+                    .get(*what)
+                    .unwrap_or_else(|| panic!("{set}: C probe lacks {what}"));
+                assert_eq!(
+                    rust_value, c_value,
+                    "{set}: {what}: bindgen says {rust_value}, C says {c_value}"
+                );
             }
         }
     }
 
     /// The facts of peer-memory-contract.md section 1 and 2 that peermem-rs's code relies on.
     #[test]
-    #[cfg_attr(abi_no_headers, ignore = "no NVIDIA headers in the cache: run `make setup` first")]
+    #[cfg_attr(
+        abi_no_headers,
+        ignore = "no NVIDIA headers in the cache: run `make setup` first"
+    )]
     fn contract_facts_hold() {
         for (set, rust, _) in HEADER_SETS {
             let get = |k: &str| rust.iter().find(|(n, _)| *n == k).map(|(_, v)| *v).unwrap();
             assert_eq!(get("sizeof(peer_memory_client)"), 136, "{set}");
             assert_eq!(get("offsetof(peer_memory_client, acquire)"), 80, "{set}");
             assert_eq!(get("offsetof(peer_memory_client_ex, flags)"), 144, "{set}");
-            assert_eq!(get("offsetof(nvidia_p2p_page, physical_address)"), 0, "{set}");
+            assert_eq!(
+                get("offsetof(nvidia_p2p_page, physical_address)"),
+                0,
+                "{set}"
+            );
             assert_eq!(get("offsetof(nvidia_p2p_page_table, pages)"), 8, "{set}");
             assert_eq!(get("offsetof(nvidia_p2p_page_table, entries)"), 16, "{set}");
-            assert_eq!(get("offsetof(nvidia_p2p_page_table, gpu_uuid)"), 24, "{set}");
-            assert_eq!(get("offsetof(nvidia_p2p_dma_mapping, dma_addresses)"), 16, "{set}");
-            assert_eq!(get("offsetof(nvidia_p2p_dma_mapping, pci_dev)"), 32, "{set}");
+            assert_eq!(
+                get("offsetof(nvidia_p2p_page_table, gpu_uuid)"),
+                24,
+                "{set}"
+            );
+            assert_eq!(
+                get("offsetof(nvidia_p2p_dma_mapping, dma_addresses)"),
+                16,
+                "{set}"
+            );
+            assert_eq!(
+                get("offsetof(nvidia_p2p_dma_mapping, pci_dev)"),
+                32,
+                "{set}"
+            );
         }
     }
 }

@@ -96,7 +96,10 @@ struct World {
 impl World {
     fn alive(&self) -> Result<(), String> {
         if self.refs <= 0 {
-            return Err(format!("registration used after its last reference dropped: {:?}", self.log));
+            return Err(format!(
+                "registration used after its last reference dropped: {:?}",
+                self.log
+            ));
         }
         Ok(())
     }
@@ -142,7 +145,11 @@ impl World {
             }
             GetBegin => {
                 self.alive()?;
-                match self.reg.begin_get_pages(range, 42).map_err(|v| format!("{v:?}"))? {
+                match self
+                    .reg
+                    .begin_get_pages(range, 42)
+                    .map_err(|v| format!("{v:?}"))?
+                {
                     PinPlan::Pin { .. } => {
                         self.refs += 1; // handed to the driver with the call
                         GetCall
@@ -158,10 +165,17 @@ impl World {
             }
             GetFinish => {
                 self.alive()?;
-                match self.reg.finish_get_pages(!self.fail_get).map_err(|v| format!("{v:?}"))? {
+                match self
+                    .reg
+                    .finish_get_pages(!self.fail_get)
+                    .map_err(|v| format!("{v:?}"))?
+                {
                     PinOutcome::Pinned => {
                         if !self.pin_alive {
-                            return Err(format!("page table read after it was freed: {:?}", self.log));
+                            return Err(format!(
+                                "page table read after it was freed: {:?}",
+                                self.log
+                            ));
                         }
                         MapBegin
                     }
@@ -191,7 +205,11 @@ impl World {
             MapFinish => {
                 self.alive()?;
                 let mapped = self.mapping_alive;
-                match self.reg.finish_dma_map(mapped).map_err(|v| format!("{v:?}"))? {
+                match self
+                    .reg
+                    .finish_dma_map(mapped)
+                    .map_err(|v| format!("{v:?}"))?
+                {
                     MapOutcome::Mapped => {
                         if !self.mapping_alive {
                             return Err(format!("mapping read after it was freed: {:?}", self.log));
@@ -254,7 +272,11 @@ impl World {
             }
             PutFinish => {
                 self.alive()?;
-                if self.reg.finish_put_pages(true).map_err(|v| format!("{v:?}"))? {
+                if self
+                    .reg
+                    .finish_put_pages(true)
+                    .map_err(|v| format!("{v:?}"))?
+                {
                     self.drop_ref("put_pages confirmed")?;
                 }
                 Release
@@ -320,7 +342,9 @@ impl World {
                         Invalidate
                     }
                     CallbackPlan::SkipInvalidate => CallbackEnd,
-                    CallbackPlan::Ignore => return Err(format!("callback ignored while pinned: {:?}", self.log)),
+                    CallbackPlan::Ignore => {
+                        return Err(format!("callback ignored while pinned: {:?}", self.log))
+                    }
                 }
             }
             Invalidate => {
@@ -330,11 +354,23 @@ impl World {
                     self.mr = Mr::Invalidated;
                     if self.legacy_host {
                         // MLNX_OFED 4.9: unmap and unpin inline, on this task.
-                        if self.reg.begin_dma_unmap().map_err(|v| format!("{v:?}"))? == ReleaseCall::Call {
-                            return Err("dma_unmap inside our own callback went to the driver".into());
+                        if self.reg.begin_dma_unmap().map_err(|v| format!("{v:?}"))?
+                            == ReleaseCall::Call
+                        {
+                            return Err(
+                                "dma_unmap inside our own callback went to the driver".into()
+                            );
                         }
-                        if self.reg.begin_put_pages().map_err(|v| format!("{v:?}"))?.unpin == ReleaseCall::Call {
-                            return Err("put_pages inside our own callback went to the driver".into());
+                        if self
+                            .reg
+                            .begin_put_pages()
+                            .map_err(|v| format!("{v:?}"))?
+                            .unpin
+                            == ReleaseCall::Call
+                        {
+                            return Err(
+                                "put_pages inside our own callback went to the driver".into()
+                            );
                         }
                     }
                 }
@@ -361,13 +397,22 @@ impl World {
 
     fn check(&self) -> Result<(), String> {
         if self.mr == Mr::Live && !self.mapping_alive {
-            return Err(format!("the NIC holds a usable MR whose DMA mapping is dead: {:?}", self.log));
+            return Err(format!(
+                "the NIC holds a usable MR whose DMA mapping is dead: {:?}",
+                self.log
+            ));
         }
         Ok(())
     }
 }
 
-fn run(legacy_host: bool, fail_get: bool, fail_map: bool, teardown: bool, schedule: &[u8]) -> Result<(), String> {
+fn run(
+    legacy_host: bool,
+    fail_get: bool,
+    fail_map: bool,
+    teardown: bool,
+    schedule: &[u8],
+) -> Result<(), String> {
     let range = GpuRange::covering(0x40_0000, 0x3_0000).unwrap();
     let mut w = World {
         reg: Registration::acquired(Flavour::Invalidating, range, false),
@@ -381,7 +426,11 @@ fn run(legacy_host: bool, fail_get: bool, fail_map: bool, teardown: bool, schedu
         mr: Mr::Registering,
         refs: 1,
         host: HostPc::Lock,
-        teardown: if teardown { TeardownPc::WaitForPin } else { TeardownPc::Done },
+        teardown: if teardown {
+            TeardownPc::WaitForPin
+        } else {
+            TeardownPc::Done
+        },
         invalidate_plan: None,
         pending_unpin_on_release: false,
         failed: false,
@@ -392,10 +441,15 @@ fn run(legacy_host: bool, fail_get: bool, fail_map: bool, teardown: bool, schedu
         let host = w.host_can_run();
         let td = w.teardown_can_run();
         if !host && !td {
-            if w.host == HostPc::Done && (w.teardown == TeardownPc::Done || w.teardown == TeardownPc::WaitForPin) {
+            if w.host == HostPc::Done
+                && (w.teardown == TeardownPc::Done || w.teardown == TeardownPc::WaitForPin)
+            {
                 break;
             }
-            return Err(format!("deadlock: host at {:?}, teardown at {:?}: {:?}", w.host, w.teardown, w.log));
+            return Err(format!(
+                "deadlock: host at {:?}, teardown at {:?}: {:?}",
+                w.host, w.teardown, w.log
+            ));
         }
         let pick_host = match (host, td) {
             (true, false) => true,
@@ -457,71 +511,80 @@ fn persistent_pins_balance_over_random_host_orders() {
     // a probe pin: every pin taken is given back exactly once.
     let range = GpuRange::covering(0x10_0000, 0x1_0000).unwrap();
     let other = GpuRange::covering(0x20_0000, 0x1_0000).unwrap();
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 2000, ..ProptestConfig::default() });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 2000,
+        ..ProptestConfig::default()
+    });
     runner
-        .run(&(any::<bool>(), prop::collection::vec(0u8..7, 0..12)), |(keep_probe, ops)| {
-            let mut reg = Registration::acquired(Flavour::Persistent, range, keep_probe);
-            let mut pins: i32 = if keep_probe { 1 } else { 0 };
-            for op in ops {
-                match op {
-                    0 | 1 => {
-                        let r = if op == 0 { range } else { other };
-                        if let Ok(plan) = reg.begin_get_pages(r, 0) {
-                            if let PinPlan::Pin { drop_probe_pin } = plan {
-                                if drop_probe_pin.is_some() {
+        .run(
+            &(any::<bool>(), prop::collection::vec(0u8..7, 0..12)),
+            |(keep_probe, ops)| {
+                let mut reg = Registration::acquired(Flavour::Persistent, range, keep_probe);
+                let mut pins: i32 = if keep_probe { 1 } else { 0 };
+                for op in ops {
+                    match op {
+                        0 | 1 => {
+                            let r = if op == 0 { range } else { other };
+                            if let Ok(plan) = reg.begin_get_pages(r, 0) {
+                                if let PinPlan::Pin { drop_probe_pin } = plan {
+                                    if drop_probe_pin.is_some() {
+                                        pins -= 1;
+                                    }
+                                    pins += 1;
+                                    prop_assert_eq!(
+                                        reg.finish_get_pages(true),
+                                        Ok(PinOutcome::Pinned)
+                                    );
+                                }
+                            }
+                        }
+                        2 => {
+                            if reg.begin_dma_map() == Ok(true) {
+                                reg.finish_dma_map(true).unwrap();
+                            }
+                        }
+                        3 => {
+                            if reg.begin_dma_unmap() == Ok(ReleaseCall::Call) {
+                                reg.finish_dma_unmap().unwrap();
+                            }
+                        }
+                        4 => {
+                            if let Ok(plan) = reg.begin_put_pages() {
+                                if plan.unpin == ReleaseCall::Call {
+                                    pins -= 1;
+                                    prop_assert!(!reg.finish_put_pages(true).unwrap());
+                                }
+                            }
+                        }
+                        5 => {
+                            prop_assert_eq!(reg.begin_callback(), CallbackPlan::Ignore);
+                        }
+                        _ => {
+                            if let Ok(plan) = reg.release() {
+                                if plan.put_probe_pin.is_some() {
                                     pins -= 1;
                                 }
-                                pins += 1;
-                                prop_assert_eq!(reg.finish_get_pages(true), Ok(PinOutcome::Pinned));
+                                if plan.unpin {
+                                    pins -= 1;
+                                }
+                                break;
                             }
                         }
                     }
-                    2 => {
-                        if reg.begin_dma_map() == Ok(true) {
-                            reg.finish_dma_map(true).unwrap();
-                        }
+                    prop_assert!(pins >= 0 && pins <= 1, "pins {}", pins);
+                }
+                if reg.phase() != Phase::Released {
+                    let plan = reg.release().unwrap();
+                    if plan.put_probe_pin.is_some() {
+                        pins -= 1;
                     }
-                    3 => {
-                        if reg.begin_dma_unmap() == Ok(ReleaseCall::Call) {
-                            reg.finish_dma_unmap().unwrap();
-                        }
-                    }
-                    4 => {
-                        if let Ok(plan) = reg.begin_put_pages() {
-                            if plan.unpin == ReleaseCall::Call {
-                                pins -= 1;
-                                prop_assert!(!reg.finish_put_pages(true).unwrap());
-                            }
-                        }
-                    }
-                    5 => {
-                        prop_assert_eq!(reg.begin_callback(), CallbackPlan::Ignore);
-                    }
-                    _ => {
-                        if let Ok(plan) = reg.release() {
-                            if plan.put_probe_pin.is_some() {
-                                pins -= 1;
-                            }
-                            if plan.unpin {
-                                pins -= 1;
-                            }
-                            break;
-                        }
+                    if plan.unpin {
+                        pins -= 1;
                     }
                 }
-                prop_assert!(pins >= 0 && pins <= 1, "pins {}", pins);
-            }
-            if reg.phase() != Phase::Released {
-                let plan = reg.release().unwrap();
-                if plan.put_probe_pin.is_some() {
-                    pins -= 1;
-                }
-                if plan.unpin {
-                    pins -= 1;
-                }
-            }
-            prop_assert_eq!(pins, 0);
-            Ok(())
-        })
+                prop_assert_eq!(pins, 0);
+                Ok(())
+            },
+        )
         .unwrap();
 }

@@ -17,13 +17,31 @@ check() {
 
 # module_loaded NAME: is the module in the kernel?
 module_loaded() {
-	[ -d "/sys/module/$1" ] && grep -q "^$1 " /proc/modules
+	grep -q "^$1 " /proc/modules
 }
 
-# kmsg_since MARK: the kernel log after the line containing MARK.
+# unload_all: peermem_rs and the stand-ins, in dependency order (quietly; absent ones are fine).
+unload_all() {
+	for m in peermem_rs nvidia_peermem peer_test_client p2p_probe peer_mem_host nvidia_p2p_standin; do
+		module_loaded $m && rmmod $m 2>/dev/null
+	done
+	! module_loaded peermem_rs && ! module_loaded peer_mem_host && ! module_loaded nvidia_p2p_standin
+}
+
+# load_standins [NVIDIA stand-in params] -- [host params]
+load_standins() {
+	nv=""
+	while [ $# -gt 0 ] && [ "$1" != "--" ]; do nv="$nv $1"; shift; done
+	[ "${1:-}" = "--" ] && shift
+	insmod "$PEERMEM_MODULES/nvidia_p2p_standin.ko" $nv && insmod "$PEERMEM_MODULES/peer_mem_host.ko" "$@"
+}
+
+# kmsg_mark TEXT: a line in the kernel log to search from.
 kmsg_mark() {
 	echo "$1" > /dev/kmsg
 }
+
+# kmsg_since MARK PATTERN: does the kernel log after MARK contain PATTERN?
 kmsg_since() {
-	dmesg | sed -n "/$1/,\$p"
+	dmesg | sed -n "/$1/,\$p" | grep -q -- "$2"
 }

@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The edge to the peer-memory host (`rdma/peer_mem.h`): the client structure, its registration,
+//! and the `extern "C"` callbacks the host calls.
+//!
+//! Each callback converts the host's raw arguments, calls the safe implementation in
+//! [`crate::client`] and turns the result into what the ABI wants. None of them can panic, and every
+//! error goes back as an errno or "not mine".
+
+use core::ffi::c_void;
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+use kernel::ffi::{c_char, c_int, c_ulong};
+
+use kernel::bindings;
+use kernel::prelude::*;
+use kernel::str::CStrExt;
+use kernel::sync::atomic::{Acquire, Atomic, Release};
+use kernel::sync::{Arc, ArcBorrow};
+use kernel::types::Opaque;
+
+use crate::client::{self, RegCtx};
+use crate::logic::registration::Flavour;
+use crate::nvidia::PeerDevice;
+use crate::sys;
+
+/// What a registration needs to know about the client it belongs to: its name, its flavour, and
+/// how to reach the host's invalidate. One per flavour, as statics, because the host's callbacks
+/// carry no pointer back to the client.
+pub(crate) struct HostLink {
+    flavour: Flavour,
+    /// The client's name, a `'static` C string; null while not registered.
+    name: Atomic<*const c_char>,
+    /// The handle `ib_register_peer_memory_client` returned; null while not registered.
+    handle: Atomic<*mut c_void>,
+    /// Where the host writes its invalidate function during registration.
+    invalidate_fn: Opaque<sys::invalidate_peer_memory>,
+}
+
+// SAFETY: the atomics are Sync; `invalidate_fn` is written only by the host inside
+// `ib_register_peer_memory_client`, before the client is visible to any registration, and only
+// read after a registration of this client exists.
+unsafe impl Sync for HostLink {}
+
+pub(crate) static INVALIDATING: HostLink = HostLink::new(Flavour::Invalidating);
+pub(crate) static PERSISTENT: HostLink = HostLink::new(Flavour::Persistent);
+
+impl HostLink {
+    const fn new(flavour: Flavour) -> Self {
+        Self {
+            flavour,
+            name: Atomic::new(core::ptr::null()),
+            handle: Atomic::new(core::ptr::null_mut()),
+            invalidate_fn: Opaque::zeroed(),
+        }
+    }
+
+    pub(crate) fn flavour(&self) -> Flavour {
+        self.flavour
+    }
+
+    /// The client's name ("nv_mem", "nv_mem_nc"), for messages.
+    pub(crate) fn name(&self) -> &'static CStr {
+        let p = self.name.load(Acquire);
+        if p.is_null() {
+            return c"peermem_rs";
+        }
+        // SAFETY: `name` is only ever set to a `'static` C string literal.
+        unsafe { CStr::from_char_ptr(p) }
+    }
+
+    /// Asks the host to invalidate the registration it knows as `core_context`.
+    pub(crate) fn invalidate(&self, core_context: u64) {
+        let handle = self.handle.load(Acquire);
+        // SAFETY: see the `Sync` impl: the host wrote the function before any registration existed.
+        let f = unsafe { *self.invalidate_fn.get() };
+        if let (Some(f), false) = (f, handle.is_null()) {
+            // SAFETY: the host's invalidate, called with the handle it gave us and an id it gave us.
+            let _ = unsafe { f(handle, core_context) };
+        }
+    }
+}
+
+/// A client registered with the host; unregistered on drop.
+///
+/// # Invariants
+///
+/// `handle` is a live registration of `client`, whose memory is owned here and stays put (boxed)
+/// until unregistration, which waits for every registration of the client to be released.
+pub(crate) struct ClientRegistration {
+    link: &'static HostLink,
+    handle: NonNull<c_void>,
+    client: KBox<Opaque<sys::peer_memory_client_ex>>,
+}
+
+// SAFETY: the handle and the client structure are only used to unregister, from any task.
+unsafe impl Send for ClientRegistration {}
+// SAFETY: no method takes `&self` to mutate.
+unsafe impl Sync for ClientRegistration {}
+
+/// Why registering with the host failed.
+pub(crate) enum RegisterError {
+    /// The host refused: a client of this name is already registered (or the host is out of memory).
+    Refused,
+    /// We could not allocate the client structure.
+    NoMemory,
+}
+
+impl ClientRegistration {
+    /// Registers the client of `link`'s flavour under `name`.
+    ///
+    /// `ex_unmaps`: declare the client "extended" with `PEER_MEM_INVALIDATE_UNMAPS` (the host must
+    /// not unmap on invalidation); otherwise a legacy client (MLNX_OFED 4.9 semantics).
+    pub(crate) fn register(
+        link: &'static HostLink,
+        name: &'static CStr,
+        version: &CStr,
+        ex_unmaps: bool,
+    ) -> Result<Self, RegisterError> {
+        let mut c: sys::peer_memory_client_ex = Default::default();
+        copy_cstr(&mut c.client.name, name);
+        // Leave the last two bytes of the version: its terminator, and the "extended" marker.
+        copy_cstr(
+            &mut c.client.version[..sys::IB_PEER_MEMORY_VER_MAX as usize - 1],
+            version,
+        );
+        let invalidating = link.flavour == Flavour::Invalidating;
+        if invalidating {
+            // The host treats a client as extended only when this byte is set and ex_size covers flags.
+            c.client.version[sys::IB_PEER_MEMORY_VER_MAX as usize - 1] = 1;
+            if ex_unmaps {
+                c.ex_size = core::mem::size_of::<sys::peer_memory_client_ex>();
+                // An enum in MLNX_OFED's header, a plain constant elsewhere: cast either way.
+                #[allow(clippy::unnecessary_cast)]
+                let unmaps = sys::PEER_MEM_INVALIDATE_UNMAPS as u32;
+                c.flags = unmaps;
+            }
+        }
+        Callbacks::install(&mut c.client, link.flavour);
+        let client = KBox::new(Opaque::new(c), GFP_KERNEL).map_err(|_| RegisterError::NoMemory)?;
+        link.name.store(name.as_char_ptr(), Release);
+        let invalidate_out = if invalidating {
+            link.invalidate_fn.get()
+        } else {
+            core::ptr::null_mut()
+        };
+        // SAFETY: `client` is a fully initialised client structure that stays at this address until
+        // unregistration (boxed and owned by the returned value); `invalidate_out` is null or points
+        // to `link`'s slot, which is static.
+        let handle =
+            unsafe { sys::ib_register_peer_memory_client(client.get().cast(), invalidate_out) };
+        let Some(handle) = NonNull::new(handle) else {
+            link.name.store(core::ptr::null(), Release);
+            return Err(RegisterError::Refused);
+        };
+        link.handle.store(handle.as_ptr(), Release);
+        // INVARIANT: registered just now; `client` moves into the value, its heap address unchanged.
+        Ok(Self {
+            link,
+            handle,
+            client,
+        })
+    }
+}
+
+impl Drop for ClientRegistration {
+    fn drop(&mut self) {
+        // SAFETY: type invariant: a live registration. This waits until every registration of the
+        // client has been released, after which the host no longer uses `client`.
+        unsafe { sys::ib_unregister_peer_memory_client(self.handle.as_ptr()) };
+        self.link.handle.store(core::ptr::null_mut(), Release);
+        let _ = &self.client;
+    }
+}
+
+/// Copies `src` into the fixed-size C string `dst`, truncating, always NUL-terminated.
+fn copy_cstr(dst: &mut [c_char], src: &CStr) {
+    let Some(room) = dst.len().checked_sub(1) else {
+        return;
+    };
+    let bytes = src.to_bytes();
+    let n = bytes.len().min(room);
+    for (d, s) in dst.iter_mut().zip(bytes[..n].iter()) {
+        *d = *s as c_char;
+    }
+    for d in dst[n..].iter_mut() {
+        *d = 0;
+    }
+}
+
+/// The callbacks of one flavour's client.
+struct Callbacks<F>(PhantomData<F>);
+
+/// Selects a flavour's [`HostLink`] at compile time, so each client gets its own callbacks.
+trait LinkOf {
+    fn link() -> &'static HostLink;
+}
+struct InvalidatingClient;
+struct PersistentClient;
+impl LinkOf for InvalidatingClient {
+    fn link() -> &'static HostLink {
+        &INVALIDATING
+    }
+}
+impl LinkOf for PersistentClient {
+    fn link() -> &'static HostLink {
+        &PERSISTENT
+    }
+}
+
+impl Callbacks<()> {
+    fn install(c: &mut sys::peer_memory_client, flavour: Flavour) {
+        match flavour {
+            Flavour::Invalidating => Callbacks::<InvalidatingClient>::fill(c),
+            Flavour::Persistent => Callbacks::<PersistentClient>::fill(c),
+        }
+    }
+}
+
+/// Borrows the registration behind a `client_context`.
+///
+/// # Safety
+///
+/// `ctx` must be a `client_context` our acquire returned and the host has not released.
+unsafe fn borrow<'a>(ctx: *mut c_void) -> Option<ArcBorrow<'a, RegCtx>> {
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: the host's reference (from acquire's `Arc::into_raw`) keeps it alive until release.
+    Some(unsafe { ArcBorrow::from_raw(ctx.cast_const().cast()) })
+}
+
+impl<F: LinkOf> Callbacks<F> {
+    fn fill(c: &mut sys::peer_memory_client) {
+        c.acquire = Some(Self::acquire);
+        c.get_pages = Some(Self::get_pages);
+        c.dma_map = Some(Self::dma_map);
+        c.dma_unmap = Some(Self::dma_unmap);
+        c.put_pages = Some(Self::put_pages);
+        c.get_page_size = Some(Self::get_page_size);
+        c.release = Some(Self::release);
+    }
+
+    /// # Safety
+    ///
+    /// Called by the host in the registering process's context; `client_context` is a valid
+    /// out-pointer.
+    unsafe extern "C" fn acquire(
+        addr: c_ulong,
+        size: usize,
+        _peer_mem_private_data: *mut c_void,
+        _peer_mem_name: *mut c_char,
+        client_context: *mut *mut c_void,
+    ) -> c_int {
+        if client_context.is_null() {
+            return 0;
+        }
+        match client::acquire(F::link(), addr as u64, size as u64) {
+            Some(ctx) => {
+                // SAFETY: `client_context` is a valid out-pointer (checked non-null above).
+                unsafe { *client_context = Arc::into_raw(ctx).cast_mut().cast() };
+                1
+            }
+            None => 0,
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `client_context` is what our acquire returned, not yet released.
+    unsafe extern "C" fn get_pages(
+        addr: c_ulong,
+        size: usize,
+        _write: c_int,
+        _force: c_int,
+        _sg_head: *mut bindings::sg_table,
+        client_context: *mut c_void,
+        core_context: u64,
+    ) -> c_int {
+        // SAFETY: the host's contract, see above.
+        let Some(ctx) = (unsafe { borrow(client_context) }) else {
+            return EINVAL.to_errno();
+        };
+        match client::get_pages(ctx, addr as u64, size as u64, core_context) {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// `client_context` as above; `sg_head` the host's table; `dma_device` a live device or null;
+    /// `nmap` a valid out-pointer.
+    unsafe extern "C" fn dma_map(
+        sg_head: *mut bindings::sg_table,
+        client_context: *mut c_void,
+        dma_device: *mut bindings::device,
+        _dmasync: c_int,
+        nmap: *mut c_int,
+    ) -> c_int {
+        // SAFETY: the host's contract, see above.
+        let Some(ctx) = (unsafe { borrow(client_context) }) else {
+            return EINVAL.to_errno();
+        };
+        if nmap.is_null() {
+            return EINVAL.to_errno();
+        }
+        // SAFETY: `dma_device` is null or live (host's contract).
+        let peer = unsafe { PeerDevice::from_device(dma_device) };
+        match client::dma_map(ctx, sg_head, peer) {
+            Ok(n) => {
+                // SAFETY: checked non-null; the host's out-pointer.
+                unsafe { *nmap = n as c_int };
+                0
+            }
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// # Safety
+    ///
+    /// As for `dma_map`. Must return 0.
+    unsafe extern "C" fn dma_unmap(
+        sg_head: *mut bindings::sg_table,
+        client_context: *mut c_void,
+        _dma_device: *mut bindings::device,
+    ) -> c_int {
+        // SAFETY: the host's contract, see above.
+        if let Some(ctx) = unsafe { borrow(client_context) } {
+            client::dma_unmap(ctx, sg_head);
+        }
+        0
+    }
+
+    /// # Safety
+    ///
+    /// As for `dma_map`.
+    unsafe extern "C" fn put_pages(sg_head: *mut bindings::sg_table, client_context: *mut c_void) {
+        // SAFETY: the host's contract, see above.
+        if let Some(ctx) = unsafe { borrow(client_context) } {
+            client::put_pages(ctx, sg_head);
+        }
+    }
+
+    /// # Safety
+    ///
+    /// None beyond the ABI: the context is not needed, all pages are 64 KiB.
+    unsafe extern "C" fn get_page_size(_client_context: *mut c_void) -> c_ulong {
+        client::page_size() as c_ulong
+    }
+
+    /// # Safety
+    ///
+    /// `client_context` is what our acquire returned; the host gives up its reference here.
+    unsafe extern "C" fn release(client_context: *mut c_void) {
+        if client_context.is_null() {
+            return;
+        }
+        // SAFETY: this takes back the host's reference made by `Arc::into_raw` in acquire.
+        let ctx = unsafe { Arc::<RegCtx>::from_raw(client_context.cast_const().cast()) };
+        client::release(ctx);
+    }
+}

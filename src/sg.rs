@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The scatter-gather table peermem-rs fills for the host in `dma_map`.
+//!
+//! The host owns the `struct sg_table` header and passes it in; the entries are ours: allocated with
+//! `sg_alloc_table`, one per GPU page, with no `struct page` behind them (GPU memory has none), only
+//! a DMA address and a length. We fill a private table first and copy its header into the host's only
+//! when everything succeeded, so a failing `dma_map` leaves the host's table untouched. The entries
+//! are freed when the registration is released (the host keeps using them until then).
+
+use core::ptr::NonNull;
+
+use kernel::bindings;
+use kernel::prelude::*;
+
+/// SG entries allocated by us and handed to the host.
+///
+/// # Invariants
+///
+/// `table` was initialised by a successful `sg_alloc_table` and is freed exactly once, on drop.
+pub(crate) struct SgEntries {
+    table: bindings::sg_table,
+}
+
+// SAFETY: the entries are plain memory owned by this value; the host only reads them, and only
+// between dma_map and release, while this value is kept alive in the registration.
+unsafe impl Send for SgEntries {}
+
+impl SgEntries {
+    /// `n` entries of `len` bytes each; entry `i` gets DMA address `address(i)`. Fails with EINVAL if
+    /// `address` has no answer for some `i < n`.
+    pub(crate) fn new(
+        n: u32,
+        len: u32,
+        mut address: impl FnMut(u32) -> Option<u64>,
+    ) -> Result<Self> {
+        if n == 0 {
+            return Err(EINVAL);
+        }
+        let mut table = bindings::sg_table::default();
+        // SAFETY: `table` is a valid, zeroed `struct sg_table` to initialise.
+        let rc = unsafe { bindings::sg_alloc_table(&mut table, n, bindings::GFP_KERNEL) };
+        if rc != 0 {
+            return Err(Error::from_errno(rc));
+        }
+        // INVARIANT: `sg_alloc_table` succeeded; from here on, dropping `entries` frees it.
+        let entries = Self { table };
+        let mut sg = entries.table.sgl;
+        for i in 0..n {
+            let Some(addr) = address(i) else {
+                return Err(EINVAL);
+            };
+            let Some(entry) = NonNull::new(sg) else {
+                return Err(EINVAL);
+            };
+            // SAFETY: `entry` is one of the `n` entries `sg_alloc_table` just allocated (walked with
+            // `sg_next`), exclusively ours until published.
+            unsafe { set_dma_entry(entry.as_ptr(), addr, len) };
+            // SAFETY: as above; `sg_next` follows chained allocations and returns null at the end.
+            sg = unsafe { bindings::sg_next(sg) };
+        }
+        Ok(entries)
+    }
+
+    /// Hands the entries to the host by copying the table header into `host`.
+    ///
+    /// # Safety
+    ///
+    /// `host` must point to the host's writable `struct sg_table` passed to `dma_map`.
+    pub(crate) unsafe fn publish(&self, host: *mut bindings::sg_table) {
+        // SAFETY: `host` is valid for writes (caller's contract); the header is a plain struct copy,
+        // and the entries it points to stay alive as long as `self`.
+        unsafe { host.write(bindings::sg_table { ..self.table }) };
+    }
+
+    /// Is `host` the table these entries were published in? (The host must hand back the table it
+    /// got from dma_map.)
+    pub(crate) fn published_in(&self, host: *const bindings::sg_table) -> bool {
+        if host.is_null() {
+            return false;
+        }
+        // SAFETY: a non-null `host` is the host's table header, readable for the duration of the
+        // callback that passed it.
+        let sgl = unsafe { (*host).sgl };
+        sgl == self.table.sgl
+    }
+}
+
+impl Drop for SgEntries {
+    fn drop(&mut self) {
+        // SAFETY: type invariant: initialised by `sg_alloc_table`, freed only here.
+        unsafe { bindings::sg_free_table(&mut self.table) };
+    }
+}
+
+/// Makes `sg` describe `len` bytes at bus address `addr`, with no page (peer memory has none).
+///
+/// # Safety
+///
+/// `sg` must point to a writable, initialised scatterlist entry.
+unsafe fn set_dma_entry(sg: *mut bindings::scatterlist, addr: u64, len: u32) {
+    // SAFETY: `sg` is valid for writes (caller's contract). `page_link` stays as `sg_alloc_table`
+    // left it (no page, end marker on the last entry), which is what `sg_set_page(sg, NULL, ..)`
+    // would leave too.
+    unsafe {
+        (*sg).offset = 0;
+        (*sg).length = len;
+        (*sg).dma_address = addr;
+        #[cfg(CONFIG_NEED_SG_DMA_LENGTH)]
+        {
+            (*sg).dma_length = len;
+        }
+    }
+}

@@ -1,0 +1,54 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# Runs client_test once per combination of
+#   persistent_api_support {0,1} x peerdirect_support {0,1} x page-table layout {1.2, 2.0}
+# (the VM variant adds IOMMU on/off), loading the stand-ins and peermem_rs fresh for each. Every
+# combination is one KTAP test whose subtests are client_test's. In the "split" variant (GPU and NIC
+# under different root ports) only the topology refusal applies, so one combination runs it.
+. "$(dirname "$0")/../kselftest/ktap_helpers.sh"
+. "$(dirname "$0")/lib.sh"
+cd "$(dirname "$0")"
+
+ko=$PEERMEM_MODULES/peermem_rs.ko
+combos=""
+if [ "${PEERMEM_VARIANT:-}" = split ]; then
+	combos="1:0:0x00010002"
+	filter="-r gpu.topology_refusal_is_explained"
+else
+	for pas in 1 0; do
+		for pds in 0 1; do
+			for ptv in 0x00010002 0x00020000; do
+				combos="$combos $pas:$pds:$ptv"
+			done
+		done
+	done
+	filter="-T topology_refusal_is_explained"
+fi
+
+ktap_print_header
+ktap_set_plan $(echo $combos | wc -w)
+for c in $combos; do
+	pas=${c%%:*}; rest=${c#*:}; pds=${rest%%:*}; ptv=${rest#*:}
+	[ "$ptv" = 0x00020000 ] && layout=2.0 || layout=1.2
+	desc="persistent_api_support=$pas peerdirect_support=$pds page_table=$layout"
+	if ! unload_all || ! load_standins page_table_version=$ptv ||
+	   ! insmod "$ko" persistent_api_support=$pas peerdirect_support=$pds; then
+		ktap_test_fail "$desc # cannot load the modules"
+		continue
+	fi
+	echo "# $desc"
+	rcfile=/tmp/client_test.rc.$$
+	( ./client_test $filter 2>&1; echo $? > $rcfile ) | sed -e 's/^/# /'
+	rc=$(cat $rcfile)
+	rm -f $rcfile
+	if ! unload_all; then
+		ktap_test_fail "$desc # modules could not be unloaded"
+	elif [ "$rc" = 0 ]; then
+		ktap_test_pass "$desc"
+	elif [ "$rc" = 4 ]; then
+		ktap_test_skip "$desc"
+	else
+		ktap_test_fail "$desc # client_test exit $rc"
+	fi
+done
+ktap_finished

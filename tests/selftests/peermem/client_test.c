@@ -1,0 +1,577 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * peermem-rs seen from ib_core's side: register GPU memory the way ibv_reg_mr does, move data through
+ * the NIC, free it, and check what a user of ib_core can observe (return codes, SG lists, invalidation,
+ * statistics, the module reference count), plus that nothing leaked in the NVIDIA stand-in, the host
+ * or peermem-rs itself.
+ *
+ * client_matrix.sh loads the stand-ins and peermem_rs with one combination of parameters and runs
+ * this program; each test reads the combination from sysfs and checks what that combination must do.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "gpumem.h"
+#include "pmh.h"
+
+#define KiB (1024ul)
+#define MiB (1024ul * 1024)
+#define GPU_PAGE NVP2P_GPU_PAGE_SIZE
+#define PEERMEM_STATS "/sys/kernel/debug/peermem_rs/stats"
+#define PARAMS "/sys/module/peermem_rs/parameters/"
+
+/* A counter of peermem-rs's debugfs stats file; -1 if missing. */
+static long long peermem_stat(const char *key)
+{
+	char buf[4096], *line;
+	size_t klen = strlen(key);
+
+	if (read_text(PEERMEM_STATS, buf, sizeof(buf)))
+		return -1;
+	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if (!strncmp(line, key, klen) && line[klen] == ' ')
+			return strtoll(line + klen + 1, NULL, 10);
+	return -1;
+}
+
+static int param(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), PARAMS "%s", name);
+	return (int)read_number(path);
+}
+
+/* The client a registration should land in for this combination of parameters. */
+static const char *expected_client(int no_invalidate)
+{
+	if (param("persistent_api_support") == 1)
+		return "nv_mem";
+	return no_invalidate ? "nv_mem_nc" : "nv_mem";
+}
+
+static int invalidating_mode(void)
+{
+	return param("persistent_api_support") == 0;
+}
+
+/* How many of our clients the host asks about memory nobody claims. */
+static int clients_asked(unsigned int flags)
+{
+	return invalidating_mode() && !(flags & PMH_REG_NO_INVALIDATE) ? 2 : 1;
+}
+
+/* Are GPU and NIC under one switch in this VM? (The split variant puts them apart.) */
+static int split_topology(void)
+{
+	const char *v = getenv("PEERMEM_VARIANT");
+
+	return v && !strcmp(v, "split");
+}
+
+static void fill(uint8_t *p, size_t n, unsigned int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 31 + seed * 7 + (i >> 8));
+}
+
+/* The kernel log since a marker, to check an explanation was printed. */
+static int dmesg_has_since(const char *mark, const char *needle)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "dmesg | sed -n '/%s/,$p' | grep -q -- '%s'", mark, needle);
+	return system(cmd) == 0;
+}
+
+static void kmsg_mark(const char *mark)
+{
+	write_text("/dev/kmsg", mark);
+}
+
+FIXTURE(gpu) {
+	int gpu;
+	int pmh;
+};
+
+FIXTURE_SETUP(gpu)
+{
+	self->gpu = gpu_open();
+	self->pmh = pmh_open();
+	ASSERT_LE(0, self->gpu) TH_LOG("NVIDIA stand-in not loaded: %s", strerror(-self->gpu));
+	ASSERT_LE(0, self->pmh) TH_LOG("peer-memory host not loaded: %s", strerror(-self->pmh));
+	ASSERT_EQ(0, peermem_stat("live_registrations"));
+}
+
+FIXTURE_TEARDOWN(gpu)
+{
+	char why[256] = "";
+
+	if (self->pmh >= 0)
+		close(self->pmh);
+	if (self->gpu >= 0)
+		close(self->gpu);
+	/* Everything must be back to zero: the host's MRs, peermem-rs's registrations and pins, and
+	 * every object of the NVIDIA stand-in. */
+	EXPECT_EQ(0, pmh_counter("live_mrs"));
+	EXPECT_EQ(0, peermem_stat("live_registrations"));
+	EXPECT_EQ(0, peermem_stat("pinned_bytes"));
+	EXPECT_EQ(0, gpu_leaks(why, sizeof(why))) TH_LOG("stand-in leaks: %s", why);
+}
+
+/* Registration, SG list and a data round trip through the NIC, for several sizes and offsets. */
+TEST_F(gpu, register_and_round_trip)
+{
+	static const struct { size_t offset, len; } cases[] = {
+		{ 0, 1 }, { 0, GPU_PAGE - 1 }, { 0, GPU_PAGE }, { 0, GPU_PAGE + 1 },
+		{ 4096, 3 * GPU_PAGE }, { GPU_PAGE - 1, 2 }, { 0x1234, 5 * GPU_PAGE + 77 },
+	};
+	size_t alloc = 8 * GPU_PAGE;
+	__u64 handle;
+	uint8_t *va;
+	struct nvp2p_info info;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, alloc, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, gpu_info(self->gpu, handle, &info));
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		size_t off = cases[c].offset, len = cases[c].len;
+		uint64_t first = (off / GPU_PAGE) * GPU_PAGE;
+		uint64_t pages = (off + len + GPU_PAGE - 1) / GPU_PAGE - off / GPU_PAGE;
+		struct pmh_sge sges[16];
+		struct pmh_query_mr q;
+		struct pmh_reg_mr mr;
+		size_t n = len < 2048 ? len : 2048;
+		uint8_t in[2048], out[2048];
+
+		ASSERT_EQ(0, pmh_reg(self->pmh, va + off, len, PMH_REG_WRITE, &mr)) TH_LOG("case %zu", c);
+		EXPECT_STREQ(expected_client(0), mr.client);
+		EXPECT_EQ(GPU_PAGE, mr.page_size);
+		EXPECT_EQ(pages, mr.nmap);
+		EXPECT_EQ(invalidating_mode() ? mr.core_context : 0xffffffffull, mr.core_context);
+		ASSERT_EQ(0, pmh_query(self->pmh, mr.handle, &q, sges, 16));
+		EXPECT_EQ(PMH_MR_MAPPED, q.state);
+		ASSERT_EQ(pages, q.nmap);
+		/* The client gave one 64 KiB entry per GPU page; the host trimmed the first and last to
+		 * the system pages holding the registered bytes, as MLNX_OFED does. Without an IOMMU the
+		 * DMA addresses are the BAR's bus addresses. */
+		for (uint64_t i = 0; i < pages; i++) {
+			uint64_t page_bus = info.phys_addr + first + i * GPU_PAGE;
+			uint64_t start = i == 0 ? (off % GPU_PAGE) & ~4095ull : 0;
+			uint64_t end = i == pages - 1 ? (((off + len - 1) % GPU_PAGE) | 4095) + 1 : GPU_PAGE;
+
+			EXPECT_EQ(end - start, sges[i].length) TH_LOG("case %zu entry %lu", c, (unsigned long)i);
+			if (!pmh_counter("nic_iommu"))
+				EXPECT_EQ(page_bus + start, sges[i].dma_addr);
+		}
+		/* RDMA write into GPU memory, read it through the BAR mapping, then change it there and
+		 * RDMA read it back. The last bytes of the range are the edge that matters. */
+		fill(in, n, c);
+		ASSERT_EQ(0, pmh_dma(self->pmh, mr.handle, len - n, in, n, PMH_DMA_TO_MR));
+		EXPECT_EQ(0, memcmp(va + off + len - n, in, n));
+		fill(va + off, n, c + 100);
+		ASSERT_EQ(0, pmh_dma(self->pmh, mr.handle, 0, out, n, PMH_DMA_FROM_MR));
+		EXPECT_EQ(0, memcmp(out, va + off, n));
+		EXPECT_EQ(1, peermem_stat("live_registrations"));
+		EXPECT_EQ((long long)(pages * GPU_PAGE), peermem_stat("pinned_bytes"));
+		ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	}
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* With the emulated IOMMU the NIC gets IOVAs, not the BAR's physical addresses, and DMA still works. */
+TEST_F(gpu, dma_addresses_go_through_the_iommu)
+{
+	struct pmh_sge sges[4];
+	struct pmh_query_mr q;
+	struct pmh_reg_mr mr;
+	struct nvp2p_info info;
+	uint8_t in[512], out[512];
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	if (!pmh_counter("nic_iommu"))
+		SKIP(return, "no IOMMU translates the NIC's DMA in this VM variant");
+	va = gpu_alloc(self->gpu, 2 * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, gpu_info(self->gpu, handle, &info));
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, 2 * GPU_PAGE, PMH_REG_WRITE, &mr));
+	ASSERT_EQ(0, pmh_query(self->pmh, mr.handle, &q, sges, 4));
+	ASSERT_EQ(2, q.nmap);
+	EXPECT_NE(info.phys_addr, sges[0].dma_addr);
+	fill(in, sizeof(in), 9);
+	ASSERT_EQ(0, pmh_dma(self->pmh, mr.handle, GPU_PAGE + 100, in, sizeof(in), PMH_DMA_TO_MR));
+	EXPECT_EQ(0, memcmp(va + GPU_PAGE + 100, in, sizeof(in)));
+	ASSERT_EQ(0, pmh_dma(self->pmh, mr.handle, GPU_PAGE + 100, out, sizeof(out), PMH_DMA_FROM_MR));
+	EXPECT_EQ(0, memcmp(out, in, sizeof(in)));
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* Ordinary memory never reaches peermem-rs; memory that is neither ordinary nor GPU memory of this
+ * process is refused with the pinning error (EFAULT), and peermem-rs says why. */
+TEST_F(gpu, not_gpu_memory_is_refused_and_explained)
+{
+	long long before = peermem_stat("error_not_gpu_memory");
+	char mark[64];
+	struct pmh_reg_mr mr;
+	__u64 handle;
+	uint8_t *va, *host = malloc(3 * 4096);
+
+	long long acquired = peermem_stat("acquired");
+
+	ASSERT_NE(NULL, host);
+	ASSERT_EQ(0, pmh_reg(self->pmh, host, 3 * 4096, PMH_REG_WRITE, &mr));
+	EXPECT_STREQ("", mr.client);
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	free(host);
+	EXPECT_EQ(acquired, peermem_stat("acquired"));
+
+	/* Freed GPU memory: its VA is unmapped, so pinning fails and the driver does not know it. */
+	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	snprintf(mark, sizeof(mark), "client_test mark %d", getpid());
+	kmsg_mark(mark);
+	EXPECT_EQ(-EFAULT, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE, &mr));
+	EXPECT_EQ(before + clients_asked(PMH_REG_WRITE), peermem_stat("error_not_gpu_memory"));
+	EXPECT_TRUE(dmesg_has_since(mark, "not GPU memory of the registering process"));
+}
+
+/* GPU memory of another process is not this process's to register. */
+TEST_F(gpu, memory_of_another_process_is_refused)
+{
+	long long before = peermem_stat("error_not_gpu_memory");
+	int pipefd[2], status;
+	uintptr_t child_va = 0;
+	pid_t pid;
+
+	ASSERT_EQ(0, pipe(pipefd));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (pid == 0) {
+		int fd = gpu_open();
+		__u64 h;
+		void *p = fd >= 0 ? gpu_alloc(fd, GPU_PAGE, &h) : NULL;
+		uintptr_t v = (uintptr_t)p;
+
+		if (write(pipefd[1], &v, sizeof(v)) != sizeof(v))
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	ASSERT_EQ(sizeof(child_va), read(pipefd[0], &child_va, sizeof(child_va)));
+	ASSERT_NE(0, child_va);
+	/* The child's VA means nothing here: not mapped, and not this process's GPU memory. */
+	EXPECT_EQ(-EFAULT, pmh_reg(self->pmh, (void *)child_va, GPU_PAGE, PMH_REG_WRITE, NULL));
+	EXPECT_EQ(before + clients_asked(PMH_REG_WRITE), peermem_stat("error_not_gpu_memory"));
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(pipefd[0]);
+	close(pipefd[1]);
+}
+
+/* A range that wraps the address space is refused by somebody, never crashes anyone. */
+TEST_F(gpu, absurd_ranges_are_refused)
+{
+	EXPECT_GT(0, pmh_reg(self->pmh, (void *)(uintptr_t)(UINT64_MAX - 4095), 8192, 0, NULL));
+	EXPECT_GT(0, pmh_reg(self->pmh, (void *)(uintptr_t)0x10000, 0, 0, NULL));
+}
+
+/* Freeing registered memory: the invalidating client makes the host revoke it before the driver
+ * frees it; the persistent one keeps it alive until deregistration. */
+TEST_F(gpu, free_while_registered)
+{
+	long long inv_before = peermem_stat("invalidations");
+	long long cb_before = peer_stat("nv_mem", "num_free_callbacks");
+	struct pmh_query_mr q;
+	struct pmh_reg_mr mr;
+	struct nvp2p_info info;
+	uint8_t buf[256];
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, 2 * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, 2 * GPU_PAGE, PMH_REG_WRITE, &mr));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	ASSERT_EQ(0, pmh_query(self->pmh, mr.handle, &q, NULL, 0));
+	if (invalidating_mode()) {
+		/* Invalidated before the free returned, through the host, which now refuses DMA. */
+		EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
+		EXPECT_EQ(1, q.invalidations);
+		EXPECT_EQ(inv_before + 1, peermem_stat("invalidations"));
+		EXPECT_EQ(cb_before + 1, peer_stat("nv_mem", "num_free_callbacks"));
+		EXPECT_EQ(-EACCES, pmh_dma(self->pmh, mr.handle, 0, buf, sizeof(buf), PMH_DMA_TO_MR));
+		/* A legacy client (peerdirect_support=1) is unmapped by the host inside the
+		 * invalidation; an ex client asked the host not to. */
+		EXPECT_EQ(param("peerdirect_support") == 1, q.unmapped_by_invalidation);
+		EXPECT_EQ(0, peermem_stat("pinned_bytes"));
+	} else {
+		/* Persistent: the memory stays pinned and usable after cudaFree. */
+		EXPECT_EQ(PMH_MR_MAPPED, q.state);
+		EXPECT_EQ(0, gpu_info(self->gpu, handle, &info));
+		EXPECT_EQ(1, info.freed);
+		fill(buf, sizeof(buf), 3);
+		EXPECT_EQ(0, pmh_dma(self->pmh, mr.handle, 0, buf, sizeof(buf), PMH_DMA_TO_MR));
+		EXPECT_EQ(inv_before, peermem_stat("invalidations"));
+	}
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+}
+
+/* A process that exits with memory registered and allocated: both files are released at exit,
+ * in whatever order, and everything is cleaned up without a splat. */
+TEST_F(gpu, process_exit_with_registrations)
+{
+	int status;
+	pid_t pid;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	for (int round = 0; round < 4; round++) {
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (pid == 0) {
+			int g = round & 1 ? pmh_open() : gpu_open();
+			int h = round & 1 ? gpu_open() : pmh_open();
+			int gfd = round & 1 ? h : g, pfd = round & 1 ? g : h;
+			__u64 handle;
+			uint8_t *va = gpu_alloc(gfd, 3 * GPU_PAGE, &handle);
+
+			if (!va || pmh_reg(pfd, va, 3 * GPU_PAGE, PMH_REG_WRITE, NULL) ||
+			    pmh_reg(pfd, va + GPU_PAGE, 100, PMH_REG_WRITE | PMH_REG_NO_INVALIDATE, NULL))
+				_exit(1);
+			if (round >= 2)
+				gpu_free(gfd, handle);
+			_exit(0);
+		}
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) TH_LOG("round %d", round);
+	}
+}
+
+/* CQ/QP buffers (callers that cannot handle invalidation) go to the persistent client. */
+TEST_F(gpu, callers_that_cannot_be_invalidated_get_the_persistent_client)
+{
+	struct pmh_reg_mr mr;
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE | PMH_REG_NO_INVALIDATE, &mr));
+	EXPECT_STREQ(expected_client(1), mr.client);
+	EXPECT_EQ(0xffffffffull, mr.core_context);
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* The persistent client pins once per registration (acquire's pin is handed to get_pages), where
+ * nvidia-peermem pins, unpins and pins again. */
+TEST_F(gpu, persistent_registration_pins_once)
+{
+	long long pins, ppins;
+	struct pmh_reg_mr mr;
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, 4 * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	pins = gpu_counter("total_pins");
+	ppins = gpu_counter("total_persistent_pins");
+	ASSERT_EQ(0, pmh_reg(self->pmh, va + 10, 3 * GPU_PAGE, PMH_REG_WRITE | PMH_REG_NO_INVALIDATE, &mr));
+	EXPECT_EQ(1, gpu_counter("total_pins") - pins);
+	EXPECT_EQ(1, gpu_counter("total_persistent_pins") - ppins);
+	EXPECT_EQ(4 * GPU_PAGE, peermem_stat("pinned_bytes"));
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* The module cannot go while a registration uses it, and can once it is gone. */
+TEST_F(gpu, rmmod_refused_while_registered)
+{
+	struct pmh_reg_mr mr;
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE, &mr));
+	EXPECT_EQ(-EAGAIN, mod_unload("peermem_rs"));
+	EXPECT_TRUE(mod_loaded("peermem_rs"));
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* Errors of the NVIDIA driver reach the caller, each counted under its cause and explained. A
+ * failure of acquire's probe pin means "not mine" (the caller then sees the pinning error, EFAULT,
+ * as with nvidia-peermem); a failure of get_pages or dma_map is returned as is. */
+TEST_F(gpu, driver_errors_propagate_with_their_cause)
+{
+	static const struct {
+		const char *fn;		/* stand-in function to fail */
+		int probe;		/* 1: fails acquire's probe pin; 0: the registration's own call */
+		int err;
+		const char *cause, *says;
+	} cases[] = {
+		{ "get_pages", 0, EIO, "error_driver_error", "the NVIDIA driver failed" },
+		{ "get_pages", 0, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
+		{ "get_pages", 1, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
+		{ "get_pages_persistent", 1, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
+		{ "dma_map_pages", 0, 524, "error_topology_unsupported", "refuses peer-to-peer DMA" },
+		{ "dma_map_pages", 0, ENOMEM, "error_out_of_memory", "out of kernel memory" },
+	};
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int persistent = !invalidating_mode();
+		unsigned int flags = PMH_REG_WRITE;
+		long long before = peermem_stat(cases[c].cause);
+		char inject[64], mark[64];
+		int nth = 1, want;
+
+		/* Which client meets the failing call: the persistent one pins with
+		 * get_pages_persistent (acquire's pin is reused by get_pages); the invalidating one
+		 * probes with get_pages (call 1) and pins with it again (call 2). */
+		if (!strcmp(cases[c].fn, "get_pages")) {
+			if (persistent)
+				continue;
+			nth = cases[c].probe ? 1 : 2;
+		} else if (!strcmp(cases[c].fn, "get_pages_persistent")) {
+			if (!persistent)
+				flags |= PMH_REG_NO_INVALIDATE;
+		}
+		want = cases[c].probe ? -EFAULT : -cases[c].err;
+		snprintf(inject, sizeof(inject), "%s %d -%d", cases[c].fn, nth, cases[c].err);
+		snprintf(mark, sizeof(mark), "client_test inject %zu %d", c, getpid());
+		kmsg_mark(mark);
+		ASSERT_EQ(0, write_text(GPU_DEBUGFS "/inject", inject));
+		if (cases[c].probe && !strcmp(cases[c].fn, "get_pages")) {
+			struct pmh_reg_mr mr;
+
+			/* nv_mem said "not mine"; the host asks the next client, nv_mem_nc. */
+			EXPECT_EQ(0, pmh_reg(self->pmh, va, GPU_PAGE, flags, &mr)) TH_LOG("%s", inject);
+			EXPECT_STREQ("nv_mem_nc", mr.client);
+			EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+		} else {
+			EXPECT_EQ(want, pmh_reg(self->pmh, va, GPU_PAGE, flags, NULL)) TH_LOG("%s", inject);
+		}
+		write_text(GPU_DEBUGFS "/inject", "clear");
+		EXPECT_EQ(before + 1, peermem_stat(cases[c].cause)) TH_LOG("%s: %s", inject, cases[c].cause);
+		EXPECT_TRUE(dmesg_has_since(mark, cases[c].says)) TH_LOG("%s: %s", inject, cases[c].says);
+	}
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* GPU and NIC under different root ports: the driver refuses, and peermem-rs explains. */
+TEST_F(gpu, topology_refusal_is_explained)
+{
+	long long before = peermem_stat("error_topology_unsupported");
+	char mark[64];
+	__u64 handle;
+	uint8_t *va;
+
+	if (!split_topology())
+		SKIP(return, "GPU and NIC share a PCIe switch in this VM variant");
+	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	snprintf(mark, sizeof(mark), "client_test topology %d", getpid());
+	kmsg_mark(mark);
+	EXPECT_EQ(-524, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE, NULL));
+	EXPECT_EQ(before + 1, peermem_stat("error_topology_unsupported"));
+	EXPECT_TRUE(dmesg_has_since(mark, "NVreg_GrdmaPciTopoCheckOverride"));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* Free and deregistration racing, with the driver's free callback slowed down to widen the window.
+ * Every interleaving must end clean, with no splat (the runner checks the kernel log). */
+struct race {
+	int gpu, pmh;
+	__u64 handle, mr;
+};
+
+static void *race_free(void *arg)
+{
+	struct race *r = arg;
+
+	gpu_free(r->gpu, r->handle);
+	return NULL;
+}
+
+TEST_F(gpu, free_races_deregistration)
+{
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	for (int i = 0; i < 12; i++) {
+		struct race r = { .gpu = self->gpu, .pmh = self->pmh };
+		struct pmh_reg_mr mr;
+		pthread_t t;
+		uint8_t *va = gpu_alloc(self->gpu, 2 * GPU_PAGE, &r.handle);
+		char delay[16];
+
+		ASSERT_NE(NULL, va);
+		ASSERT_EQ(0, pmh_reg(self->pmh, va, 2 * GPU_PAGE, PMH_REG_WRITE, &mr));
+		r.mr = mr.handle;
+		snprintf(delay, sizeof(delay), "%d", (i % 4) * 5);
+		ASSERT_EQ(0, write_text(GPU_DEBUGFS "/free_callback_delay_ms", delay));
+		ASSERT_EQ(0, pthread_create(&t, NULL, race_free, &r));
+		usleep((i % 3) * 2000);
+		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr));
+		pthread_join(t, NULL);
+	}
+	write_text(GPU_DEBUGFS "/free_callback_delay_ms", "0");
+}
+
+/* The statistics count what happened. */
+TEST_F(gpu, statistics_follow_registrations)
+{
+	long long acquired = peermem_stat("acquired"), regs = peermem_stat("registrations");
+	long long rel = peermem_stat("releases");
+	struct pmh_reg_mr mr[3];
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, 3 * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(0, pmh_reg(self->pmh, va + i * GPU_PAGE, GPU_PAGE, PMH_REG_WRITE, &mr[i]));
+	EXPECT_EQ(3, peermem_stat("live_registrations"));
+	EXPECT_EQ(3 * GPU_PAGE, peermem_stat("pinned_bytes"));
+	EXPECT_EQ(acquired + 3, peermem_stat("acquired"));
+	EXPECT_EQ(regs + 3, peermem_stat("registrations"));
+	EXPECT_EQ(3, peer_stat(mr[0].client, "num_alloc_mrs") - peer_stat(mr[0].client, "num_dealloc_mrs"));
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(0, pmh_dereg(self->pmh, mr[i].handle));
+	EXPECT_EQ(rel + 3, peermem_stat("releases"));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+TEST_HARNESS_MAIN
