@@ -1,0 +1,1068 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The diagnosis: GPUs and RDMA NICs, what stands between each pair, and a verdict with every reason
+//! and its fix.
+
+use crate::models::{self, Arch, GpuModel};
+use crate::pci::{self, Acs, Bar, Link, PathInfo, PciDev};
+use crate::probe::{self, Domain, Driver, Flavour, Iommu, PeerMem, Symbol};
+use crate::sysfs::{human_size, Fs};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// A check that passed; shown as context.
+    Ok,
+    /// Worth knowing, does not change the verdict.
+    Note,
+    /// GPUDirect RDMA may work, but slowly (or fail on some platforms).
+    Slow,
+    /// GPUDirect RDMA will not work until this is fixed.
+    Fail,
+}
+
+impl Severity {
+    pub fn label(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Note => "note",
+            Severity::Slow => "slow",
+            Severity::Fail => "FAIL",
+        }
+    }
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Severity::Ok => "ok",
+            Severity::Note => "note",
+            Severity::Slow => "slow",
+            Severity::Fail => "fail",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Works,
+    Slow,
+    Fails,
+}
+
+impl Verdict {
+    pub fn of(sev: Severity) -> Verdict {
+        match sev {
+            Severity::Ok | Severity::Note => Verdict::Works,
+            Severity::Slow => Verdict::Slow,
+            Severity::Fail => Verdict::Fails,
+        }
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Verdict::Works => "will work",
+            Verdict::Slow => "may work slowly",
+            Verdict::Fails => "will not work",
+        }
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            Verdict::Works => "ok",
+            Verdict::Slow => "slow",
+            Verdict::Fails => "no",
+        }
+    }
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Verdict::Works => "works",
+            Verdict::Slow => "slow",
+            Verdict::Fails => "fails",
+        }
+    }
+
+    pub fn exit_status(self) -> i32 {
+        match self {
+            Verdict::Works => 0,
+            Verdict::Slow => 1,
+            Verdict::Fails => 2,
+        }
+    }
+}
+
+/// Exit status when there is no GPU or no NIC to judge.
+pub const EXIT_NOTHING_TO_CHECK: i32 = 3;
+
+#[derive(Clone, Debug)]
+pub struct Finding {
+    pub severity: Severity,
+    /// Stable identifier for tools and tests ("iommu-translated", "acs-redirect", ...).
+    pub code: &'static str,
+    /// What it is about: "node", a GPU or NIC name, or "gpu0+mlx5_0".
+    pub subject: String,
+    pub message: String,
+    pub fix: Option<String>,
+}
+
+fn finding(
+    severity: Severity,
+    code: &'static str,
+    subject: &str,
+    message: String,
+    fix: Option<String>,
+) -> Finding {
+    Finding {
+        severity,
+        code,
+        subject: subject.to_string(),
+        message,
+        fix,
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Gpu {
+    pub name: String,
+    pub dev: PciDev,
+    pub model: GpuModel,
+    pub declared: bool,
+    pub bar: Option<Bar>,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Port {
+    pub port: String,
+    pub state: Option<String>,
+    pub link_layer: Option<String>,
+    pub rate: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Nic {
+    pub name: String,
+    pub dev: PciDev,
+    pub product: String,
+    pub declared: bool,
+    pub ports: Vec<Port>,
+    pub domain: Domain,
+    pub findings: Vec<Finding>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Pair {
+    pub gpu: usize,
+    pub nic: usize,
+    pub path: PathInfo,
+    pub acs: Vec<(String, Acs)>,
+    /// Findings about this pair's connection only.
+    pub findings: Vec<Finding>,
+    pub verdict: Verdict,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub json: bool,
+    pub all: bool,
+    pub strict: bool,
+    pub hardware_only: bool,
+    pub declare_gpus: Vec<(String, Option<String>)>,
+    pub declare_nics: Vec<(String, Option<String>)>,
+    pub nvidia_module: String,
+}
+
+pub struct Report {
+    pub root: String,
+    pub hardware_only: bool,
+    pub strict: bool,
+    pub gpus: Vec<Gpu>,
+    pub nics: Vec<Nic>,
+    pub node: Vec<Finding>,
+    pub pairs: Vec<Pair>,
+    pub driver: Option<Driver>,
+    pub peer_mem: Option<PeerMem>,
+    pub iommu: Iommu,
+}
+
+/// Names like mlx5_10 after mlx5_9.
+fn natural_key(name: &str) -> (String, u64) {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let (head, tail) = name.split_at(name.len() - digits);
+    (head.to_ascii_lowercase(), tail.parse().unwrap_or(0))
+}
+
+pub fn diagnose(fs: &Fs, opts: &Options) -> Result<Report, String> {
+    let devices = pci::all_devices(fs);
+    let by_bdf = |bdf: &str| devices.iter().find(|d| d.bdf == bdf).cloned();
+    let mut node = Vec::new();
+
+    // GPUs: NVIDIA display/3D functions, plus the declared ones.
+    let mut gpus: Vec<Gpu> = Vec::new();
+    for (bdf, model) in &opts.declare_gpus {
+        let dev = by_bdf(bdf)
+            .ok_or_else(|| format!("--declare-gpu {bdf}: no such PCI function in sysfs"))?;
+        gpus.push(new_gpu(
+            fs,
+            dev,
+            models::declared_model(model.as_deref().unwrap_or("stand-in")),
+            true,
+        ));
+    }
+    for dev in devices
+        .iter()
+        .filter(|d| d.vendor == 0x10de && d.is_display())
+    {
+        if !gpus.iter().any(|g| g.dev.bdf == dev.bdf) {
+            gpus.push(new_gpu(
+                fs,
+                dev.clone(),
+                models::gpu_model(dev.device),
+                false,
+            ));
+        }
+    }
+    gpus.sort_by(|a, b| a.dev.bdf.cmp(&b.dev.bdf));
+    for (i, g) in gpus.iter_mut().enumerate() {
+        g.name = format!("gpu{i}");
+    }
+
+    // NICs: every RDMA device on a PCI function, plus the declared ones.
+    let mut nics: Vec<Nic> = Vec::new();
+    let mut ib = fs.list("/sys/class/infiniband");
+    ib.sort_by_key(|n| natural_key(n));
+    for name in ib {
+        let resolved = fs.resolve(&format!("/sys/class/infiniband/{name}/device"));
+        match resolved.and_then(|p| pci::parse_device_path(&p)).and_then(|(_, chain)| by_bdf(chain.last()?)) {
+            Some(dev) => nics.push(new_nic(fs, &name, dev, false)),
+            None => node.push(finding(
+                Severity::Note,
+                "nic-not-pci",
+                &name,
+                format!("RDMA device {name} is not a PCI function (software RDMA such as rxe or siw): no GPUDirect RDMA through it"),
+                None,
+            )),
+        }
+    }
+    for (i, (bdf, name)) in opts.declare_nics.iter().enumerate() {
+        let dev = by_bdf(bdf)
+            .ok_or_else(|| format!("--declare-nic {bdf}: no such PCI function in sysfs"))?;
+        if let Some(n) = nics.iter_mut().find(|n| n.dev.bdf == *bdf) {
+            n.declared = true;
+            continue;
+        }
+        let name = name.clone().unwrap_or_else(|| format!("nic{i}"));
+        nics.push(new_nic(fs, &name, dev, true));
+    }
+
+    let iommu = probe::probe_iommu(fs);
+    for nic in &mut nics {
+        nic.domain = iommu.domain(nic.dev.iommu_group.as_deref());
+    }
+    let (driver, peer_mem) = if opts.hardware_only {
+        (None, None)
+    } else {
+        (
+            Some(probe::probe_driver(fs, &opts.nvidia_module)),
+            Some(probe::probe_peer_mem(fs)),
+        )
+    };
+
+    if gpus.is_empty() {
+        node.push(finding(
+            Severity::Fail,
+            "no-gpu",
+            "node",
+            "no NVIDIA GPU found (PCI vendor 10de, display or 3D class)".into(),
+            Some("check `lspci -d 10de:`; to treat another PCI function as a GPU use --declare-gpu BDF".into()),
+        ));
+    }
+    if nics.is_empty() {
+        node.push(finding(
+            Severity::Fail,
+            "no-nic",
+            "node",
+            "no RDMA device on a PCI function in /sys/class/infiniband".into(),
+            Some("load the NIC's RDMA driver (e.g. mlx5_ib) or install MLNX_OFED/DOCA-OFED; to treat a PCI function as a NIC use --declare-nic BDF".into()),
+        ));
+    }
+
+    if let Some(drv) = &driver {
+        node.extend(driver_findings(drv, &gpus));
+    }
+    if let (Some(pm), Some(drv)) = (&peer_mem, &driver) {
+        node.extend(peer_mem_findings(pm, drv));
+    }
+    node.push(finding(
+        Severity::Ok,
+        "iommu",
+        "node",
+        format!("IOMMU {}", iommu.summary()),
+        None,
+    ));
+
+    for g in &mut gpus {
+        g.findings = gpu_findings(g, driver.as_ref());
+    }
+    for n in &mut nics {
+        n.findings = nic_findings(n);
+    }
+
+    // Pairs.
+    let mut pairs = Vec::new();
+    let mut unreadable: Vec<String> = Vec::new();
+    for (gi, gpu) in gpus.iter().enumerate() {
+        for (ni, nic) in nics.iter().enumerate() {
+            let path = pci::classify(&gpu.dev, &nic.dev);
+            let acs: Vec<(String, Acs)> = path
+                .bridges
+                .iter()
+                .map(|b| (b.clone(), pci::read_acs(fs, b)))
+                .collect();
+            for (b, a) in &acs {
+                if *a == Acs::Unreadable && !unreadable.contains(b) {
+                    unreadable.push(b.clone());
+                }
+            }
+            pairs.push(Pair {
+                gpu: gi,
+                nic: ni,
+                path,
+                acs,
+                findings: Vec::new(),
+                verdict: Verdict::Works,
+            });
+        }
+    }
+    // Each GPU's nearest NICs, to name in the fixes of worse pairs.
+    for p in 0..pairs.len() {
+        let (gi, ni) = (pairs[p].gpu, pairs[p].nic);
+        let nearest = pairs
+            .iter()
+            .filter(|q| q.gpu == gi)
+            .map(|q| q.path.link)
+            .min()
+            .unwrap_or(Link::Sys);
+        let better: Vec<String> = pairs
+            .iter()
+            .filter(|q| q.gpu == gi && q.path.link == nearest && nearest < pairs[p].path.link)
+            .map(|q| format!("{} ({})", nics[q.nic].name, nearest.code()))
+            .collect();
+        let f = pair_findings(&gpus[gi], &nics[ni], &pairs[p], &better);
+        pairs[p].findings = f;
+    }
+    if !unreadable.is_empty() {
+        unreadable.sort();
+        node.push(finding(
+            Severity::Note,
+            "acs-unreadable",
+            "node",
+            format!(
+                "ACS settings of {} bridge(s) between GPUs and NICs not checked: sysfs gives PCIe extended config space to root only ({})",
+                unreadable.len(),
+                abbreviate(&unreadable, 4)
+            ),
+            Some("run gdr-doctor as root to check ACS".into()),
+        ));
+    }
+
+    let node_worst = node
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(Severity::Ok);
+    for p in &mut pairs {
+        let worst = [
+            node_worst,
+            gpus[p.gpu]
+                .findings
+                .iter()
+                .map(|f| f.severity)
+                .max()
+                .unwrap_or(Severity::Ok),
+            nics[p.nic]
+                .findings
+                .iter()
+                .map(|f| f.severity)
+                .max()
+                .unwrap_or(Severity::Ok),
+            p.findings
+                .iter()
+                .map(|f| f.severity)
+                .max()
+                .unwrap_or(Severity::Ok),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(Severity::Ok);
+        p.verdict = Verdict::of(worst);
+    }
+
+    Ok(Report {
+        root: fs.root().display().to_string(),
+        hardware_only: opts.hardware_only,
+        strict: opts.strict,
+        gpus,
+        nics,
+        node,
+        pairs,
+        driver,
+        peer_mem,
+        iommu,
+    })
+}
+
+fn abbreviate(items: &[String], n: usize) -> String {
+    if items.len() <= n {
+        items.join(", ")
+    } else {
+        format!("{}, and {} more", items[..n].join(", "), items.len() - n)
+    }
+}
+
+fn new_gpu(fs: &Fs, dev: PciDev, model: GpuModel, declared: bool) -> Gpu {
+    let bar = fs
+        .read(&format!("{}/{}/resource", pci::PCI_DEVICES, dev.bdf))
+        .and_then(|r| pci::gpu_aperture(&r));
+    Gpu {
+        name: String::new(),
+        dev,
+        model,
+        declared,
+        bar,
+        findings: Vec::new(),
+    }
+}
+
+fn new_nic(fs: &Fs, name: &str, dev: PciDev, declared: bool) -> Nic {
+    let dir = format!("/sys/class/infiniband/{name}");
+    let ports = fs
+        .list(&format!("{dir}/ports"))
+        .into_iter()
+        .map(|p| {
+            let pd = format!("{dir}/ports/{p}");
+            Port {
+                state: fs.read(&format!("{pd}/state")),
+                link_layer: fs.read(&format!("{pd}/link_layer")),
+                rate: fs.read(&format!("{pd}/rate")),
+                port: p,
+            }
+        })
+        .collect();
+    let product = models::nic_name(dev.vendor, dev.device)
+        .map(str::to_string)
+        .or_else(|| fs.read(&format!("{dir}/hca_type")))
+        .unwrap_or_else(|| {
+            if declared {
+                "declared NIC".into()
+            } else {
+                "RDMA device".into()
+            }
+        });
+    Nic {
+        name: name.to_string(),
+        dev,
+        product,
+        declared,
+        ports,
+        domain: Domain::NoIommu,
+        findings: Vec::new(),
+    }
+}
+
+fn driver_findings(drv: &Driver, gpus: &[Gpu]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let m = &drv.module;
+    let version = drv
+        .version
+        .as_deref()
+        .map(|v| format!(" {v}"))
+        .unwrap_or_default();
+    let evidence = drv
+        .evidence
+        .as_deref()
+        .map(|e| format!(" ({e})"))
+        .unwrap_or_default();
+    // The GPU that decides which peer-memory module fits: an old one needs the proprietary driver.
+    let old_gpu = gpus
+        .iter()
+        .find(|g| g.model.arch.open_modules_support() == Some(false));
+    if !drv.loaded {
+        let installed = match (drv.installed_flavour(), &drv.installed) {
+            (Some(Flavour::Proprietary), Some((lic, path))) => format!(
+                "; the installed {path} is proprietary (license \"{lic}\"): peermem-rs will not load against it, use nvidia-peermem"
+            ),
+            (Some(Flavour::Open), Some((_, path))) => format!("; the installed {path} is the open kernel module"),
+            _ => String::new(),
+        };
+        out.push(finding(
+            Severity::Fail,
+            "nvidia-not-loaded",
+            "node",
+            format!("NVIDIA kernel module `{m}` is not loaded"),
+            Some(format!(
+                "load it (modprobe {m}) and check dmesg for NVRM errors; peermem-rs needs the open kernel modules (Turing and newer){installed}"
+            )),
+        ));
+        return out;
+    }
+    match drv.flavour {
+        Flavour::Open => out.push(finding(
+            Severity::Ok,
+            "driver-open",
+            "node",
+            format!("NVIDIA driver{version}: open kernel modules{evidence}: peermem-rs can load against it"),
+            None,
+        )),
+        Flavour::Proprietary => {
+            let fix = match old_gpu {
+                Some(g) => format!(
+                    "peermem-rs needs the open kernel modules (Turing and newer); on this {} ({}) use NVIDIA's nvidia-peermem",
+                    g.model.name,
+                    g.model.arch.name()
+                ),
+                None => "to use peermem-rs install the open kernel modules (e.g. the *-open driver packages, or the .run installer with --kernel-module-type=open); or use NVIDIA's nvidia-peermem".into(),
+            };
+            out.push(finding(
+                Severity::Note,
+                "driver-proprietary",
+                "node",
+                format!(
+                    "proprietary NVIDIA driver{version}{evidence}: peermem-rs cannot load against it (the kernel gives no module that uses GPL-only symbols the symbols of a proprietary one)"
+                ),
+                Some(fix),
+            ));
+        }
+        Flavour::Unknown => out.push(finding(
+            Severity::Note,
+            "driver-flavour-unknown",
+            "node",
+            format!("NVIDIA driver{version} loaded, but its flavour (open or proprietary) could not be read"),
+            Some(format!("check `modinfo -F license {m}`: \"Dual MIT/GPL\" is open (peermem-rs works), \"NVIDIA\" is proprietary (use nvidia-peermem)")),
+        )),
+    }
+    out
+}
+
+fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let host = pm.memory_peers || matches!(pm.symbol, Symbol::Found(_));
+    let symbol_text = match &pm.symbol {
+        Symbol::Found(Some(m)) => format!("{} exported by [{m}]", probe::PEER_MEM_SYMBOL),
+        Symbol::Found(None) => format!("{} in the kernel", probe::PEER_MEM_SYMBOL),
+        Symbol::NotFound => format!("no {} in /proc/kallsyms", probe::PEER_MEM_SYMBOL),
+        Symbol::Unreadable => "/proc/kallsyms unreadable".into(),
+    };
+    if host {
+        let dir = if pm.memory_peers {
+            format!("{} present", probe::MEMORY_PEERS)
+        } else {
+            format!(
+                "no {} (the ib_uverbs variant has none)",
+                probe::MEMORY_PEERS
+            )
+        };
+        out.push(finding(
+            Severity::Ok,
+            "peer-memory-host",
+            "node",
+            format!("peer-memory host: {dir}; {symbol_text}"),
+            None,
+        ));
+    } else if pm.symbol == Symbol::Unreadable {
+        out.push(finding(
+            Severity::Slow,
+            "peer-memory-host-unknown",
+            "node",
+            format!("no {}, and /proc/kallsyms is unreadable: a peer-memory host could not be confirmed", probe::MEMORY_PEERS),
+            Some("check that MLNX_OFED or DOCA-OFED is installed (ofed_info -s) and its ib_core is loaded".into()),
+        ));
+    } else {
+        out.push(finding(
+            Severity::Fail,
+            "no-peer-memory-host",
+            "node",
+            format!("no peer-memory host: no {} and {symbol_text}; this ib_core cannot ask a GPU client for GPU memory", probe::MEMORY_PEERS),
+            Some("install MLNX_OFED or DOCA-OFED (their ib_core has the peer-memory API) and reload the RDMA stack; or register GPU memory with ibv_reg_dmabuf_mr (dma-buf, open kernel modules), which needs no peer-memory module".into()),
+        ));
+        return out;
+    }
+
+    let rs = pm.peermem_rs.as_ref();
+    let nv = pm.nvidia_peermem.as_ref();
+    let loaded: Vec<&str> = [rs.map(|_| "peermem_rs"), nv.map(|_| "nvidia_peermem")]
+        .into_iter()
+        .flatten()
+        .collect();
+    let nv_mem = pm.clients.iter().find(|c| c.name == "nv_mem");
+    if let Some(c) = nv_mem {
+        let owner = match (rs, nv) {
+            (Some(r), _) if r.version.is_some() && r.version == c.version => {
+                "peermem-rs".to_string()
+            }
+            (_, Some(n)) if n.version.is_some() && n.version == c.version => {
+                "nvidia-peermem".to_string()
+            }
+            (Some(_), None) => "peermem-rs".to_string(),
+            (None, Some(_)) => "nvidia-peermem".to_string(),
+            _ => "an unknown module".to_string(),
+        };
+        let others: Vec<String> = pm
+            .clients
+            .iter()
+            .filter(|o| o.name != "nv_mem")
+            .map(|o| format!("{} {}", o.name, o.version.as_deref().unwrap_or("?")))
+            .collect();
+        let also = if others.is_empty() {
+            String::new()
+        } else {
+            format!("; also registered: {}", others.join(", "))
+        };
+        out.push(finding(
+            Severity::Ok,
+            "client-registered",
+            "node",
+            format!(
+                "GPU peer-memory client nv_mem {} registered by {owner}: {}{also}",
+                c.version.as_deref().unwrap_or("?"),
+                client_usage(c)
+            ),
+            None,
+        ));
+    } else if pm.memory_peers && !loaded.is_empty() {
+        let m = loaded[0];
+        out.push(finding(
+            Severity::Fail,
+            "client-not-registered",
+            "node",
+            format!("{m} is loaded but no nv_mem client is registered in {}", probe::MEMORY_PEERS),
+            Some(format!("reload it after the RDMA stack (rmmod {m}; modprobe {m}) and look for its messages in dmesg")),
+        ));
+    } else if !pm.memory_peers && !loaded.is_empty() {
+        out.push(finding(
+            Severity::Ok,
+            "client-loaded",
+            "node",
+            format!("{} loaded (this peer-memory host has no memory_peers directory to confirm the registration)", loaded.join(", ")),
+            None,
+        ));
+    } else {
+        let fix = match drv.flavour {
+            Flavour::Proprietary => "modprobe nvidia-peermem (NVIDIA's module; peermem-rs cannot load against the proprietary driver)".to_string(),
+            Flavour::Open => "modprobe peermem_rs (or NVIDIA's nvidia-peermem)".to_string(),
+            Flavour::Unknown => "load the NVIDIA driver, then peermem_rs (open kernel modules) or nvidia-peermem (proprietary driver)".to_string(),
+        };
+        out.push(finding(
+            Severity::Fail,
+            "no-peer-memory-client",
+            "node",
+            "no GPU peer-memory client: neither peermem_rs nor nvidia_peermem is loaded, so ibv_reg_mr() on GPU memory fails (EFAULT)".into(),
+            Some(fix),
+        ));
+    }
+    if rs.is_some() && nv.is_some() {
+        out.push(finding(
+            Severity::Note,
+            "two-clients",
+            "node",
+            "both peermem_rs and nvidia_peermem are loaded: only the first to register gets the name nv_mem".into(),
+            Some("unload one of them".into()),
+        ));
+    }
+    if let Some(r) = rs {
+        out.extend(peermem_rs_findings(r));
+    }
+    out
+}
+
+fn client_usage(c: &probe::Client) -> String {
+    let get = |k: &str| c.stats.get(k).copied();
+    let mut parts = Vec::new();
+    if let (Some(a), Some(d)) = (get("num_alloc_mrs"), get("num_dealloc_mrs")) {
+        parts.push(format!(
+            "{} MRs live ({a} registered, {d} released)",
+            a.saturating_sub(d)
+        ));
+    }
+    if let (Some(r), Some(d)) = (get("num_reg_bytes"), get("num_dereg_bytes")) {
+        parts.push(format!("{} pinned", human_size(r.saturating_sub(d))));
+    }
+    if let Some(f) = get("num_free_callbacks") {
+        parts.push(format!("{f} invalidations"));
+    }
+    if parts.is_empty() {
+        "no statistics".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn peermem_rs_findings(r: &probe::Module) -> Vec<Finding> {
+    let version = r.version.as_deref().unwrap_or("?");
+    let params = r
+        .params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Counters at zero say little: name the others, count the rest.
+    let zero = |v: &str| v.parse::<u64>() == Ok(0);
+    let nonzero: Vec<String> = r
+        .stats
+        .iter()
+        .filter(|(_, v)| !zero(v))
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let zeros = r.stats.len() - nonzero.len();
+    let stats = match (r.stats.is_empty(), nonzero.is_empty(), zeros) {
+        (true, ..) => "no statistics file".to_string(),
+        (false, true, _) => format!("all {zeros} counters at 0"),
+        (false, false, 0) => nonzero.join(", "),
+        (false, false, _) => format!("{} ({zeros} more counters at 0)", nonzero.join(", ")),
+    };
+    let mut out = vec![finding(
+        Severity::Ok,
+        "peermem-rs",
+        "node",
+        format!("peermem-rs {version} loaded [{params}]: {stats}"),
+        None,
+    )];
+    let failures: Vec<String> = r
+        .stats
+        .iter()
+        .filter(|(k, v)| {
+            let k = k.to_ascii_lowercase();
+            (k.contains("fail") || k.contains("err")) && v.parse::<u64>().is_ok_and(|n| n > 0)
+        })
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    if !failures.is_empty() {
+        out.push(finding(
+            Severity::Note,
+            "peermem-rs-failures",
+            "node",
+            format!("peermem-rs counted failures: {}", failures.join(", ")),
+            Some("see `dmesg | grep peermem` for the reasons".into()),
+        ));
+    }
+    out
+}
+
+fn link_finding(subject: &str, dev: &PciDev) -> Option<Finding> {
+    let (Some(w), Some(max)) = (dev.link.width, dev.link.max_width) else {
+        return None;
+    };
+    (w < max).then(|| {
+        finding(
+            Severity::Slow,
+            "link-degraded",
+            subject,
+            format!("{subject} {}: PCIe link trained at x{w}, the device can do x{max}", dev.bdf),
+            Some("reseat the card, check the slot, riser and BIOS lane bifurcation (lspci -vv: LnkSta vs LnkCap)".into()),
+        )
+    })
+}
+
+fn gpu_findings(g: &Gpu, driver: Option<&Driver>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let who = format!("{} {} ({})", g.name, g.dev.bdf, g.model.name);
+    if !g.model.gdr {
+        out.push(finding(
+            Severity::Fail,
+            "gpu-no-gdr",
+            &g.name,
+            format!("{who} has no GPUDirect RDMA: its memory is unified with the CPU's behind the SoC, PCIe devices cannot reach it through a BAR"),
+            Some("register host memory (cudaHostAlloc or malloc) with the NIC instead; NCCL and UCX stage through host memory by themselves".into()),
+        ));
+    }
+    if !g.model.known {
+        out.push(finding(
+            Severity::Note,
+            "gpu-unknown-model",
+            &g.name,
+            format!("{} {}: device {} is not in gdr-doctor's table; GPUDirect RDMA support assumed", g.name, g.dev.bdf, g.dev.id()),
+            Some("GPUDirect RDMA is supported on data-center and professional GPUs (Tesla, Quadro/RTX, A/H/L/B series)".into()),
+        ));
+    }
+    if let Some(drv) = driver.filter(|d| d.loaded && !g.declared) {
+        let open = drv.flavour == Flavour::Open;
+        if open && g.model.arch.open_modules_support() == Some(false) {
+            out.push(finding(
+                Severity::Fail,
+                "gpu-needs-proprietary",
+                &g.name,
+                format!("{who} is a {} GPU, which the open kernel modules do not drive", g.model.arch.name()),
+                Some("install the proprietary driver and use NVIDIA's nvidia-peermem (peermem-rs cannot serve this GPU)".into()),
+            ));
+        } else if g.dev.driver.as_deref() != Some(drv.module.as_str()) {
+            let (what, fix) = match g.dev.driver.as_deref() {
+                Some("nouveau") => ("nouveau", "blacklist nouveau (modprobe.d), rebuild the initramfs and load nvidia".to_string()),
+                Some("vfio-pci") => ("vfio-pci (passed through)", format!("unbind it from vfio-pci and bind it to {}", drv.module)),
+                Some(other) => (other, format!("bind it to {}", drv.module)),
+                None => ("no driver", "check dmesg for NVRM errors (e.g. BAR1 not assigned: enable Above 4G decoding in the BIOS)".to_string()),
+            };
+            out.push(finding(
+                Severity::Fail,
+                "gpu-not-bound",
+                &g.name,
+                format!("{who} is bound to {what}, not {}", drv.module),
+                Some(fix),
+            ));
+        }
+    }
+    if g.model.arch != Arch::StandIn {
+        match g.bar {
+            None => out.push(finding(
+                Severity::Note,
+                "gpu-no-bar1",
+                &g.name,
+                format!("{who}: no 64-bit prefetchable BAR found (BAR1 not assigned?)"),
+                Some("enable Above 4G decoding (and Resizable BAR) in the BIOS".into()),
+            )),
+            Some(b) if b.size < 1 << 30 => out.push(finding(
+                Severity::Note,
+                "gpu-small-bar1",
+                &g.name,
+                format!(
+                    "{who}: BAR1 is {}: at most about {} of GPU memory can be registered at a time (the driver keeps 36 MiB)",
+                    human_size(b.size),
+                    human_size(b.size.saturating_sub(36 << 20))
+                ),
+                Some("keep registrations small, or enable a larger BAR1 (Resizable BAR) if the GPU and BIOS support it".into()),
+            )),
+            _ => {}
+        }
+    }
+    out.extend(link_finding(&g.name, &g.dev));
+    out
+}
+
+fn nic_findings(n: &Nic) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let who = format!("{} {}", n.name, n.dev.bdf);
+    let group = n.dev.iommu_group.as_deref().unwrap_or("?");
+    match &n.domain {
+        Domain::Translated(t) => out.push(finding(
+            Severity::Slow,
+            "iommu-translated",
+            &n.name,
+            format!("{who}: the IOMMU translates its DMA (group {group}, {t}): its reads and writes of GPU memory go up to the root complex instead of across the switch"),
+            Some("boot with iommu=pt (pass-through; VFIO still works) or turn the IOMMU off (intel_iommu=off / amd_iommu=off)".into()),
+        )),
+        Domain::Unmanaged => out.push(finding(
+            Severity::Fail,
+            "nic-vfio",
+            &n.name,
+            format!("{who} belongs to VFIO (IOMMU group {group} is unmanaged): it is passed through, not driven by this host"),
+            Some("give it back to the host driver (unbind from vfio-pci, bind mlx5_core)".into()),
+        )),
+        Domain::Blocked => out.push(finding(
+            Severity::Fail,
+            "nic-dma-blocked",
+            &n.name,
+            format!("{who}: the IOMMU blocks its DMA (group {group} is blocked)"),
+            Some("bind the device to its driver; check dmesg for IOMMU errors".into()),
+        )),
+        Domain::Identity | Domain::NoIommu => {}
+    }
+    if !n.declared
+        && !n.ports.is_empty()
+        && !n
+            .ports
+            .iter()
+            .any(|p| p.state.as_deref().is_some_and(|s| s.contains("ACTIVE")))
+    {
+        let states = n
+            .ports
+            .iter()
+            .map(|p| format!("port {} {}", p.port, p.state.as_deref().unwrap_or("?")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push(finding(
+            Severity::Note,
+            "nic-port-down",
+            &n.name,
+            format!("{who}: no port is ACTIVE ({states}); registration works, traffic will not"),
+            Some("check cable and switch; on InfiniBand a subnet manager (opensm) must run".into()),
+        ));
+    }
+    out.extend(link_finding(&n.name, &n.dev));
+    out
+}
+
+fn pair_findings(g: &Gpu, n: &Nic, p: &Pair, better: &[String]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let subject = format!("{}+{}", g.name, n.name);
+    let link = p.path.link;
+    let instead = if better.is_empty() {
+        String::new()
+    } else {
+        format!("; nearer to {}: {}", g.name, better.join(", "))
+    };
+    let numa = |d: &PciDev| d.numa_node.map_or("?".to_string(), |x| x.to_string());
+    let text = format!(
+        "{}: {} and {} {}",
+        link.code(),
+        g.name,
+        n.name,
+        link.describe()
+    );
+    match link {
+        Link::Pix | Link::Pxb => out.push(finding(Severity::Ok, "topology", &subject, text, None)),
+        Link::Phb | Link::Node => out.push(finding(
+            Severity::Slow,
+            if link == Link::Phb { "topology-phb" } else { "topology-node" },
+            &subject,
+            format!("{text}: peer-to-peer goes through the CPU, with lower bandwidth, and some platforms or driver checks refuse it"),
+            Some(format!(
+                "use a NIC under the same PCIe switch as the GPU{instead} (NCCL uses GPUDirect RDMA this far only with NCCL_NET_GDR_LEVEL={})",
+                link.code()
+            )),
+        )),
+        Link::Sys => out.push(finding(
+            Severity::Fail,
+            "topology-sys",
+            &subject,
+            format!(
+                "{text} (GPU on NUMA node {}, NIC on {}): the socket interconnect does not carry PCIe peer-to-peer traffic on most platforms",
+                numa(&g.dev),
+                numa(&n.dev)
+            ),
+            Some(format!("use a NIC on the GPU's NUMA node {}{instead}", numa(&g.dev))),
+        )),
+    }
+    let redirecting: Vec<(&String, u16)> = p
+        .acs
+        .iter()
+        .filter_map(|(b, a)| match a {
+            Acs::Present { ctrl, .. } if ctrl & pci::ACS_REDIRECTS != 0 => Some((b, *ctrl)),
+            _ => None,
+        })
+        .collect();
+    if !redirecting.is_empty() {
+        let list = redirecting
+            .iter()
+            .map(|(b, c)| format!("{b} ({})", pci::acs_names(*c)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let setpci = redirecting
+            .iter()
+            .map(|(b, _)| format!("setpci -s {b} ECAP_ACS+0x6.w=0000"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let bdfs = redirecting
+            .iter()
+            .map(|(b, _)| b.as_str())
+            .collect::<Vec<_>>()
+            .join(";");
+        out.push(finding(
+            Severity::Slow,
+            "acs-redirect",
+            &subject,
+            format!("ACS redirect enabled on bridge(s) between {} and {}: {list}: their peer-to-peer requests detour through the root complex (slow, or fail where it does not route them back)", g.name, n.name),
+            Some(format!("until reboot: {setpci}; for good: boot with \"pci=disable_acs_redir={bdfs}\" or disable ACS in the BIOS")),
+        ));
+    }
+    let validating: Vec<&String> = p
+        .acs
+        .iter()
+        .filter_map(|(b, a)| match a {
+            Acs::Present { ctrl, .. }
+                if ctrl & pci::ACS_REDIRECTS == 0 && ctrl & pci::ACS_SV != 0 =>
+            {
+                Some(b)
+            }
+            _ => None,
+        })
+        .collect();
+    if !validating.is_empty() {
+        out.push(finding(
+            Severity::Note,
+            "acs-source-validation",
+            &subject,
+            format!(
+                "ACS Source Validation (no redirect) on bridge(s) {}: does not reroute peer-to-peer traffic",
+                validating.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            None,
+        ));
+    }
+    out
+}
+
+impl Report {
+    /// Every finding that bears on a pair: node-wide, both devices', the pair's own.
+    pub fn reasons<'a>(&'a self, p: &'a Pair) -> Vec<&'a Finding> {
+        self.node
+            .iter()
+            .chain(&self.gpus[p.gpu].findings)
+            .chain(&self.nics[p.nic].findings)
+            .chain(&p.findings)
+            .collect()
+    }
+
+    /// The pair each GPU should use: best verdict, then nearest.
+    pub fn best_pairs(&self) -> Vec<&Pair> {
+        (0..self.gpus.len())
+            .filter_map(|gi| {
+                self.pairs
+                    .iter()
+                    .filter(|p| p.gpu == gi)
+                    .min_by_key(|p| (p.verdict, p.path.link, p.nic))
+            })
+            .collect()
+    }
+
+    /// The node's verdict: each GPU judged by its best NIC (or, strictly, every pair); None when
+    /// there is no GPU or no NIC to judge.
+    pub fn verdict(&self) -> Option<Verdict> {
+        if self.gpus.is_empty() || self.nics.is_empty() {
+            return None;
+        }
+        if self.strict {
+            self.pairs.iter().map(|p| p.verdict).max()
+        } else {
+            self.best_pairs().iter().map(|p| p.verdict).max()
+        }
+    }
+
+    pub fn exit_status(&self) -> i32 {
+        self.verdict()
+            .map_or(EXIT_NOTHING_TO_CHECK, Verdict::exit_status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order() {
+        let mut v = vec![
+            "mlx5_10",
+            "mlx5_2",
+            "mlx5_0",
+            "ibp1s0",
+            "roceP2p1s0f0",
+            "rocep1s0f1",
+        ];
+        v.sort_by_key(|n| natural_key(n));
+        assert_eq!(
+            v,
+            [
+                "ibp1s0",
+                "mlx5_0",
+                "mlx5_2",
+                "mlx5_10",
+                "rocep1s0f1",
+                "roceP2p1s0f0"
+            ]
+        );
+    }
+
+    #[test]
+    fn verdicts_follow_the_worst_finding() {
+        assert_eq!(Verdict::of(Severity::Note), Verdict::Works);
+        assert_eq!(Verdict::of(Severity::Slow), Verdict::Slow);
+        assert_eq!(Verdict::of(Severity::Fail), Verdict::Fails);
+        assert!(Verdict::Works < Verdict::Slow && Verdict::Slow < Verdict::Fails);
+        assert_eq!(Verdict::Fails.exit_status(), 2);
+    }
+}

@@ -1,0 +1,655 @@
+// SPDX-License-Identifier: GPL-2.0
+//! gdr-doctor on recorded trees of real-looking nodes (tests/fixtures/, written by make-fixtures.py):
+//! the verdicts, the reasons and their fixes, and how they change when the node changes.
+
+mod common;
+
+use common::{codes, find, pair, Fixture};
+
+const ALL_FIXTURES: [&str; 6] = [
+    "dgx-h100",
+    "v100-proprietary",
+    "gb10-spark",
+    "iommu-acs",
+    "vm-switch",
+    "vm-split",
+];
+
+fn node_codes(r: &serde_json::Value) -> Vec<String> {
+    codes(&r["node_findings"])
+}
+
+#[test]
+fn dgx_h100_every_gpu_has_a_pix_nic() {
+    let fx = Fixture::new("dgx-h100");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0);
+    assert_eq!(r["verdict"], "works");
+    let gpus = r["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 8);
+    assert_eq!(r["nics"].as_array().unwrap().len(), 8);
+    for (i, g) in gpus.iter().enumerate() {
+        assert_eq!(g["name"], format!("gpu{i}"));
+        assert_eq!(g["model"], "H100 SXM5 80GB");
+        assert_eq!(g["architecture"], "Hopper");
+        assert_eq!(g["gpudirect_rdma_capable"], true);
+        assert_eq!(g["bar1"]["bar"], 1);
+        assert_eq!(g["bar1"]["size_bytes"].as_u64(), Some(128 << 30));
+        assert_eq!(g["pci"]["numa_node"], if i < 4 { 0 } else { 1 });
+        assert_eq!(g["findings"].as_array().unwrap().len(), 0, "{g:#}");
+    }
+    // Each GPU's own NIC sits in its leaf switch.
+    for (i, b) in r["best_per_gpu"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(b["gpu"], format!("gpu{i}"));
+        assert_eq!(b["nic"], format!("mlx5_{i}"));
+        assert_eq!(b["link"], "PIX");
+        assert_eq!(b["verdict"], "works");
+    }
+    // The other pairs, classified as nvidia-smi topo -m would.
+    let p = pair(&r, "gpu0", "mlx5_0");
+    assert_eq!(p["bridges"].as_array().unwrap().len(), 2);
+    for acs in p["acs"].as_array().unwrap() {
+        assert_eq!(acs["state"], "present");
+        assert_eq!(acs["control"], "0x0000");
+    }
+    assert_eq!(pair(&r, "gpu0", "mlx5_1")["link"], "PXB");
+    assert_eq!(pair(&r, "gpu0", "mlx5_1")["verdict"], "works");
+    let node = pair(&r, "gpu0", "mlx5_2");
+    assert_eq!(
+        (node["link"].as_str(), node["verdict"].as_str()),
+        (Some("NODE"), Some("slow"))
+    );
+    assert_eq!(codes(&node["reasons"]), ["topology-node"]);
+    let sys = pair(&r, "gpu0", "mlx5_4");
+    assert_eq!(
+        (sys["link"].as_str(), sys["verdict"].as_str()),
+        (Some("SYS"), Some("fails"))
+    );
+    let why = find(&sys["reasons"], "topology-sys");
+    assert!(
+        why["message"]
+            .as_str()
+            .unwrap()
+            .contains("NUMA node 0, NIC on 1"),
+        "{why}"
+    );
+    assert!(
+        why["fix"].as_str().unwrap().contains("mlx5_0 (PIX)"),
+        "{why}"
+    );
+    assert_eq!(pair(&r, "gpu7", "mlx5_6")["link"], "PXB");
+    assert_eq!(pair(&r, "gpu5", "mlx5_0")["link"], "SYS");
+
+    // The software side.
+    assert_eq!(r["driver"]["flavour"], "open");
+    assert_eq!(r["driver"]["evidence"], "taint OE");
+    assert_eq!(r["driver"]["version"], "570.148.08");
+    let pm = &r["peer_memory"];
+    assert_eq!(pm["memory_peers"], true);
+    assert_eq!(pm["host_symbol"], "found");
+    assert_eq!(pm["host_symbol_module"], "ib_core");
+    assert_eq!(pm["clients"][0]["name"], "nv_mem");
+    assert_eq!(pm["clients"][0]["stats"]["num_alloc_mrs"], 1024);
+    assert_eq!(pm["peermem_rs"]["version"], "0.1.0");
+    assert_eq!(
+        pm["peermem_rs"]["parameters"]["persistent_api_support"],
+        "1"
+    );
+    assert_eq!(pm["peermem_rs"]["stats"]["acquired"], "1024");
+    assert_eq!(pm["peermem_rs"]["stats"]["error_topology_unsupported"], "0");
+    assert_eq!(
+        pm["peermem_rs"]["stats_file"],
+        "/sys/kernel/debug/peermem_rs/stats"
+    );
+    let client = find(&r["node_findings"], "client-registered");
+    let msg = client["message"].as_str().unwrap();
+    assert!(
+        msg.contains("registered by peermem-rs")
+            && msg.contains("24 MRs live")
+            && msg.contains("1 GiB pinned"),
+        "{msg}"
+    );
+    assert_eq!(
+        node_codes(&r),
+        [
+            "driver-open",
+            "peer-memory-host",
+            "client-registered",
+            "peermem-rs",
+            "iommu"
+        ]
+    );
+    assert_eq!(r["nics"][0]["iommu_domain"], "identity");
+}
+
+#[test]
+fn dgx_h100_human_report() {
+    let fx = Fixture::new("dgx-h100");
+    let out = fx.run(&[]);
+    assert_eq!(out.status, 0, "{}", out.stderr);
+    let want = [
+        "gpu0  PIX ok    PXB ok    NODE slow NODE slow SYS no    SYS no    SYS no    SYS no",
+        "gpu7  SYS no    SYS no    SYS no    SYS no    NODE slow NODE slow PXB ok    PIX ok",
+        "gpu3 0000:40:00.0 -> mlx5_3 0000:41:00.0 (PIX): will work",
+        "[ok]   NVIDIA driver 570.148.08: open kernel modules (taint OE)",
+        "pinned_bytes 1073741824, acquired 1024, registrations 1024, releases 1000 (12 more counters at 0)",
+        "Verdict: GPUDirect RDMA will work: every GPU has a NIC it works with (exit 0)",
+    ];
+    for w in want {
+        assert!(out.stdout.contains(w), "missing {w:?} in:\n{}", out.stdout);
+    }
+    assert!(
+        !out.stdout.contains("[FAIL]") && !out.stdout.contains("[slow]"),
+        "{}",
+        out.stdout
+    );
+    // --all shows why the cross-socket pairs are no good.
+    let all = fx.run(&["--all"]);
+    assert!(
+        all.stdout
+            .contains("gpu0 0000:1a:00.0 -> mlx5_4 0000:a0:00.0 (SYS): will not work"),
+        "{}",
+        all.stdout
+    );
+    assert!(
+        all.stdout
+            .contains("fix: use a NIC on the GPU's NUMA node 0; nearer to gpu0: mlx5_0 (PIX)"),
+        "{}",
+        all.stdout
+    );
+}
+
+#[test]
+fn dgx_h100_strict_judges_every_pair() {
+    let fx = Fixture::new("dgx-h100");
+    let (status, r) = fx.json(&["--strict"]);
+    assert_eq!(status, 2, "cross-socket pairs do not work");
+    assert_eq!(r["verdict"], "fails");
+}
+
+#[test]
+fn dgx_h100_without_a_peer_memory_host() {
+    let fx = Fixture::new("dgx-h100");
+    fx.remove("/sys/kernel/mm/memory_peers");
+    fx.write(
+        "/proc/kallsyms",
+        "0000000000000000 T ib_register_client\t[ib_core]\n",
+    );
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["node_findings"], "no-peer-memory-host");
+    assert_eq!(f["severity"], "fail");
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .contains("MLNX_OFED or DOCA-OFED"),
+        "{f}"
+    );
+    assert_eq!(r["peer_memory"]["host_symbol"], "absent");
+    // Every pair carries the reason.
+    assert!(
+        codes(&pair(&r, "gpu0", "mlx5_0")["reasons"]).contains(&"no-peer-memory-host".to_string())
+    );
+
+    // The ib_uverbs variant of the host: no sysfs directory, only the symbol.
+    fx.write(
+        "/proc/kallsyms",
+        "0000000000000000 T ib_register_peer_memory_client\t[ib_uverbs]\n",
+    );
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0);
+    assert!(
+        node_codes(&r).contains(&"client-loaded".to_string()),
+        "{:?}",
+        node_codes(&r)
+    );
+
+    // Nothing to tell: the kernel's symbols are not readable.
+    fx.remove("/proc/kallsyms");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 1);
+    assert_eq!(
+        find(&r["node_findings"], "peer-memory-host-unknown")["severity"],
+        "slow"
+    );
+}
+
+#[test]
+fn dgx_h100_client_problems() {
+    let fx = Fixture::new("dgx-h100");
+    fx.remove("/sys/kernel/mm/memory_peers/nv_mem");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["node_findings"], "client-not-registered");
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .contains("rmmod peermem_rs; modprobe peermem_rs"),
+        "{f}"
+    );
+
+    fx.remove("/sys/module/peermem_rs");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["node_findings"], "no-peer-memory-client");
+    assert_eq!(f["fix"], "modprobe peermem_rs (or NVIDIA's nvidia-peermem)");
+    assert!(!node_codes(&r).contains(&"peermem-rs".to_string()));
+}
+
+#[test]
+fn dgx_h100_config_space_unreadable_without_root() {
+    let fx = Fixture::new("dgx-h100");
+    let configs = fx.configs();
+    assert_eq!(configs.len(), 40, "bridges with config space");
+    // What sysfs gives a reader without CAP_SYS_ADMIN: the first 64 bytes.
+    for c in &configs {
+        let bytes = std::fs::read(c).unwrap();
+        std::fs::write(c, &bytes[..64]).unwrap();
+    }
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0, "unknown ACS does not change the verdict");
+    let f = find(&r["node_findings"], "acs-unreadable");
+    assert_eq!(f["severity"], "note");
+    // 40 bridges, but the 4 root ports and 4 top upstream ports are on no GPU-NIC path inside a switch.
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("ACS settings of 32 bridge(s)"),
+        "{f}"
+    );
+    assert_eq!(f["fix"], "run gdr-doctor as root to check ACS");
+    assert_eq!(pair(&r, "gpu0", "mlx5_0")["acs"][0]["state"], "unreadable");
+}
+
+#[test]
+fn v100_proprietary_driver_without_client() {
+    let fx = Fixture::new("v100-proprietary");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    assert_eq!(r["verdict"], "fails");
+    for g in r["gpus"].as_array().unwrap() {
+        assert_eq!(g["model"], "Tesla V100 PCIe 32GB");
+        assert_eq!(g["architecture"], "Volta");
+        assert_eq!(g["bar1"]["size_bytes"].as_u64(), Some(32 << 30));
+    }
+    assert_eq!(r["driver"]["flavour"], "proprietary");
+    assert_eq!(r["driver"]["evidence"], "taint POE");
+    let prop = find(&r["node_findings"], "driver-proprietary");
+    assert_eq!(prop["severity"], "note");
+    assert_eq!(
+        prop["fix"],
+        "peermem-rs needs the open kernel modules (Turing and newer); on this Tesla V100 PCIe 32GB (Volta) use NVIDIA's nvidia-peermem"
+    );
+    let none = find(&r["node_findings"], "no-peer-memory-client");
+    assert_eq!(none["severity"], "fail");
+    assert!(
+        none["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("modprobe nvidia-peermem"),
+        "{none}"
+    );
+    assert_eq!(pair(&r, "gpu0", "mlx5_0")["link"], "PIX");
+    assert_eq!(pair(&r, "gpu1", "mlx5_1")["link"], "SYS");
+    assert_eq!(pair(&r, "gpu3", "mlx5_1")["link"], "PIX");
+    assert_eq!(r["iommu"]["groups"], 0);
+
+    let human = fx.run(&[]);
+    assert!(human.stdout.contains("[note] proprietary NVIDIA driver 535.183.01 (taint POE): peermem-rs cannot load against it"), "{}", human.stdout);
+    assert!(
+        human.stdout.contains("[FAIL] no GPU peer-memory client"),
+        "{}",
+        human.stdout
+    );
+    let because = "(PIX): will not work\n    because of: no-peer-memory-client (node)\n";
+    assert!(human.stdout.contains(because), "{}", human.stdout);
+    assert!(
+        human
+            .stdout
+            .contains("Verdict: GPUDirect RDMA will not work for gpu0, gpu1, gpu2, gpu3"),
+        "{}",
+        human.stdout
+    );
+}
+
+#[test]
+fn v100_with_nvidia_peermem_loaded() {
+    let fx = Fixture::new("v100-proprietary");
+    fx.write("/sys/module/nvidia_peermem/version", "535.183.01\n");
+    fx.write(
+        "/sys/module/nvidia_peermem/parameters/peerdirect_support",
+        "0\n",
+    );
+    fx.write("/sys/kernel/mm/memory_peers/nv_mem/version", "535.183.01\n");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0);
+    let f = find(&r["node_findings"], "client-registered");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("nv_mem 535.183.01 registered by nvidia-peermem"),
+        "{f}"
+    );
+    // Still worth saying why peermem-rs is not the module here.
+    assert!(node_codes(&r).contains(&"driver-proprietary".to_string()));
+}
+
+#[test]
+fn v100_hardware_only() {
+    let fx = Fixture::new("v100-proprietary");
+    let (status, r) = fx.json(&["--hardware-only"]);
+    assert_eq!(status, 0, "the PCIe side of this node is fine");
+    assert!(r["driver"].is_null() && r["peer_memory"].is_null());
+    assert_eq!(node_codes(&r), ["iommu"]);
+}
+
+#[test]
+fn v100_driver_not_loaded_names_the_installed_flavour() {
+    let fx = Fixture::new("v100-proprietary");
+    fx.remove("/sys/module/nvidia");
+    let modules: String = fx
+        .read("/proc/modules")
+        .lines()
+        .filter(|l| !l.starts_with("nvidia"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    fx.write("/proc/modules", modules);
+    let lib = "/lib/modules/5.15.0-105-generic";
+    fx.write(
+        &format!("{lib}/modules.dep"),
+        "kernel/drivers/infiniband/core/ib_core.ko:\nupdates/dkms/nvidia.ko:\nupdates/dkms/nvidia-uvm.ko: updates/dkms/nvidia.ko\n",
+    );
+    fx.write(
+        &format!("{lib}/updates/dkms/nvidia.ko"),
+        b"\x7fELF\x02\x01\x01\0\0\0version=535.183.01\0license=NVIDIA\0alias=pci:v000010DEd*\0"
+            .as_slice(),
+    );
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    assert_eq!(r["driver"]["loaded"], false);
+    assert_eq!(r["driver"]["installed_license"], "NVIDIA");
+    let f = find(&r["node_findings"], "nvidia-not-loaded");
+    let fix = f["fix"].as_str().unwrap();
+    assert!(fix.starts_with("load it (modprobe nvidia)"), "{fix}");
+    assert!(
+        fix.contains("updates/dkms/nvidia.ko is proprietary (license \"NVIDIA\")"),
+        "{fix}"
+    );
+    // Without a loaded driver, a GPU without driver is no news.
+    assert!(codes(&r["gpus"][0]["findings"]).is_empty());
+}
+
+#[test]
+fn v100_on_open_modules_is_not_driven() {
+    let fx = Fixture::new("v100-proprietary");
+    fx.write("/sys/module/nvidia/taint", "OE\n");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["gpus"][0]["findings"], "gpu-needs-proprietary");
+    assert_eq!(f["severity"], "fail");
+}
+
+#[test]
+fn gpu_bound_to_another_driver() {
+    let fx = Fixture::new("dgx-h100");
+    let gpu = "/sys/bus/pci/devices/0000:1a:00.0/driver";
+    fx.remove(gpu);
+    std::os::unix::fs::symlink(
+        "../../../../../../../../bus/pci/drivers/nouveau",
+        fx.path(gpu),
+    )
+    .unwrap();
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["gpus"][0]["findings"], "gpu-not-bound");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("bound to nouveau, not nvidia"),
+        "{f}"
+    );
+    assert!(
+        f["fix"].as_str().unwrap().starts_with("blacklist nouveau"),
+        "{f}"
+    );
+    assert_eq!(r["best_per_gpu"][0]["verdict"], "fails");
+    assert_eq!(r["best_per_gpu"][1]["verdict"], "works");
+}
+
+#[test]
+fn gb10_has_no_gpudirect_rdma() {
+    let fx = Fixture::new("gb10-spark");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let g = &r["gpus"][0];
+    assert_eq!(g["model"], "GB10");
+    assert_eq!(g["gpudirect_rdma_capable"], false);
+    let f = find(&g["findings"], "gpu-no-gdr");
+    assert_eq!(f["severity"], "fail");
+    assert!(
+        f["fix"].as_str().unwrap().contains("register host memory"),
+        "{f}"
+    );
+    let pairs = r["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 4);
+    for p in pairs {
+        assert_eq!(p["verdict"], "fails");
+        assert_eq!(p["link"], "NODE", "the GPU has a PCIe domain of its own");
+        assert!(codes(&p["reasons"]).contains(&"gpu-no-gdr".to_string()));
+    }
+    // Everything else on this node is in order.
+    assert_eq!(r["driver"]["flavour"], "open");
+    let client = find(&r["node_findings"], "client-registered");
+    assert!(
+        client["message"]
+            .as_str()
+            .unwrap()
+            .contains("registered by nvidia-peermem"),
+        "{client}"
+    );
+    assert_eq!(r["iommu"]["cmdline_flags"][0], "iommu.passthrough=1");
+    assert_eq!(r["nics"][0]["name"], "rocep1s0f0");
+    assert_eq!(r["nics"][2]["name"], "roceP2p1s0f0");
+
+    // Declared as another model, the same GPU would be judged by its path only.
+    let (status, r) = fx.json(&["--declare-gpu", "000f:01:00.0=H100 PCIe"]);
+    assert_eq!(status, 1);
+    assert_eq!(r["gpus"][0]["model"], "H100 PCIe");
+    assert_eq!(r["gpus"][0]["declared"], true);
+}
+
+#[test]
+fn iommu_translation_and_acs_redirect_slow_it_down() {
+    let fx = Fixture::new("iommu-acs");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 1);
+    assert_eq!(r["verdict"], "slow");
+    for n in r["nics"].as_array().unwrap() {
+        assert_eq!(n["iommu_domain"], "DMA-FQ");
+        let f = find(&n["findings"], "iommu-translated");
+        assert_eq!(f["severity"], "slow");
+        assert!(
+            f["fix"].as_str().unwrap().starts_with("boot with iommu=pt"),
+            "{f}"
+        );
+    }
+    let p = pair(&r, "gpu0", "mlx5_0");
+    assert_eq!(p["link"], "PIX");
+    assert_eq!(
+        p["bridges"],
+        serde_json::json!(["0000:32:00.0", "0000:32:01.0"])
+    );
+    for acs in p["acs"].as_array().unwrap() {
+        assert_eq!(acs["control"], "0x001d");
+        assert_eq!(
+            acs["enabled"],
+            "SrcValid+ ReqRedir+ CmpltRedir+ UpstreamFwd+"
+        );
+    }
+    let f = find(&p["findings"], "acs-redirect");
+    assert_eq!(f["severity"], "slow");
+    let fix = f["fix"].as_str().unwrap();
+    assert!(fix.contains("setpci -s 0000:32:00.0 ECAP_ACS+0x6.w=0000; setpci -s 0000:32:01.0 ECAP_ACS+0x6.w=0000"), "{fix}");
+    assert!(
+        fix.contains("pci=disable_acs_redir=0000:32:00.0;0000:32:01.0"),
+        "{fix}"
+    );
+    assert_eq!(
+        codes(&p["reasons"]),
+        ["iommu-translated", "acs-redirect"],
+        "the root port above the switch is not on the path"
+    );
+    let degraded = find(&r["gpus"][1]["findings"], "link-degraded");
+    assert!(
+        degraded["message"]
+            .as_str()
+            .unwrap()
+            .contains("x8, the device can do x16"),
+        "{degraded}"
+    );
+    let failures = find(&r["node_findings"], "peermem-rs-failures");
+    assert_eq!(
+        failures["message"],
+        "peermem-rs counted failures: error_topology_unsupported 3"
+    );
+    let human = fx.run(&[]);
+    let also = "    also because of: link-degraded (gpu1), iommu-translated (mlx5_0)\n";
+    assert!(human.stdout.contains(also), "{}", human.stdout);
+    assert!(human.stdout.contains("Verdict: GPUDirect RDMA may work slowly for gpu0, gpu1: fix the [slow] lines above (exit 1)"), "{}", human.stdout);
+}
+
+#[test]
+fn iommu_acs_node_works_once_fixed() {
+    let fx = Fixture::new("iommu-acs");
+    // setpci -s BDF ECAP_ACS+0x6.w=0000 on every bridge; iommu=pt; a reseated GPU.
+    for c in fx.configs() {
+        let mut bytes = std::fs::read(&c).unwrap();
+        if bytes[0x148] == 0x0d {
+            bytes[0x14e] = 0;
+            bytes[0x14f] = 0;
+        }
+        std::fs::write(&c, bytes).unwrap();
+    }
+    for g in std::fs::read_dir(fx.path("/sys/kernel/iommu_groups")).unwrap() {
+        std::fs::write(g.unwrap().path().join("type"), "identity\n").unwrap();
+    }
+    let gpu1 = "/sys/bus/pci/devices/0000:35:00.0/current_link_width";
+    fx.write(gpu1, "16\n");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0, "{:#}", r["pairs"]);
+    assert_eq!(r["verdict"], "works");
+}
+
+#[test]
+fn vm_stand_ins_need_declaring() {
+    let fx = Fixture::new("vm-switch");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 3);
+    assert_eq!(r["verdict"], "nothing-to-check");
+    let c = node_codes(&r);
+    assert!(
+        c.contains(&"no-gpu".to_string()) && c.contains(&"no-nic".to_string()),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn vm_switch_layout_will_work() {
+    let fx = Fixture::new("vm-switch");
+    let (status, r) = fx.json(&[
+        "--hardware-only",
+        "--declare-gpu",
+        "0000:03:00.0",
+        "--declare-nic",
+        "04:00.0=edu",
+    ]);
+    assert_eq!(status, 0);
+    let g = &r["gpus"][0];
+    assert_eq!(
+        (g["model"].as_str(), g["architecture"].as_str()),
+        (Some("stand-in"), Some("stand-in"))
+    );
+    assert_eq!(g["bar1"]["size_bytes"].as_u64(), Some(256 << 20));
+    let p = pair(&r, "gpu0", "edu");
+    assert_eq!(p["link"], "PIX");
+    assert_eq!(p["verdict"], "works");
+    // With the software checks, nothing of the GPU side is there.
+    let (status, r) = fx.json(&[
+        "--declare-gpu",
+        "0000:03:00.0",
+        "--declare-nic",
+        "0000:04:00.0",
+    ]);
+    assert_eq!(status, 2);
+    let c = node_codes(&r);
+    assert!(
+        c.contains(&"nvidia-not-loaded".to_string())
+            && c.contains(&"no-peer-memory-host".to_string()),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn vm_split_layout_may_work_slowly() {
+    let fx = Fixture::new("vm-split");
+    let (status, r) = fx.json(&[
+        "--hardware-only",
+        "--declare-gpu",
+        "0000:01:00.0",
+        "--declare-nic",
+        "0000:02:00.0",
+    ]);
+    assert_eq!(status, 1);
+    let p = pair(&r, "gpu0", "nic0");
+    assert_eq!(p["link"], "PHB");
+    assert_eq!(codes(&p["reasons"]), ["topology-phb"]);
+}
+
+#[test]
+fn usage_errors() {
+    let fx = Fixture::new("vm-switch");
+    let r = fx.run(&["--declare-gpu", "0000:09:00.0"]);
+    assert_eq!(r.status, 64);
+    assert!(
+        r.stderr
+            .contains("--declare-gpu 0000:09:00.0: no such PCI function"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(fx.run(&["--bogus"]).status, 64);
+    let help = fx.run(&["--help"]);
+    assert_eq!(help.status, 0);
+    assert!(help.stdout.contains("Exit status:"));
+}
+
+/// Every problem comes with a fix; every report is valid JSON with the exit status it exits with.
+#[test]
+fn every_problem_has_a_fix() {
+    for name in ALL_FIXTURES {
+        let fx = Fixture::new(name);
+        for args in [&[][..], &["--all"][..]] {
+            let (_, r) = fx.json(args);
+            let mut all = Vec::new();
+            all.extend(r["node_findings"].as_array().unwrap().iter().cloned());
+            for list in ["gpus", "nics", "pairs"] {
+                for item in r[list].as_array().unwrap() {
+                    all.extend(item["findings"].as_array().unwrap().iter().cloned());
+                }
+            }
+            assert!(!all.is_empty(), "{name}");
+            for f in all {
+                if f["severity"] == "slow" || f["severity"] == "fail" {
+                    assert!(
+                        f["fix"].as_str().is_some_and(|s| !s.is_empty()),
+                        "{name}: no fix for {f}"
+                    );
+                }
+            }
+        }
+    }
+}
