@@ -127,6 +127,25 @@ def cargo_group():
                       [f"host: cargo test --workspace ({time.monotonic() - start:.1f} s)"], cases)
 
 
+def script_group(name, script):
+    """A host-side test script that prints KTAP (one result per check)."""
+    log(name)
+    start = time.monotonic()
+    res = subprocess.run([str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cases = ktap.parse_ksft(res.stdout)
+    if res.returncode != 0 and not any(c.status == "fail" for c in cases):
+        cases.append(ktap.Case(name, "fail", reason=f"exit {res.returncode}", output=res.stdout.splitlines()[-40:]))
+    if not cases:
+        cases.append(ktap.Case(name, "fail", reason="no results", output=res.stdout.splitlines()[-40:]))
+    return ktap.Group(name, [f"{name} ({time.monotonic() - start:.1f} s)"], cases)
+
+
+# Host-side test scripts that print KTAP, run after the build.
+HOST_SCRIPTS = [
+    ("host: builds against each NVIDIA header", REPO / "tests/build/nv_headers.sh"),
+]
+
+
 PLAN_PROLOGUE = """\
 set -u
 export PEERMEM_MODULES=/payload/modules
@@ -205,6 +224,8 @@ def main():
     groups = []
     if not a.no_cargo:
         groups.append(cargo_group())
+        for name, script in HOST_SCRIPTS:
+            groups.append(script_group(name, script))
     if not a.no_vm:
         accel, reason = vm.choose_accel(kdir)
         log(f"accelerator: {accel} ({reason})")
