@@ -187,6 +187,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
             if keep_probe {
                 stats::pinned(range.len());
             }
+            stats::acquired();
             Some(ctx)
         }
         Err(_) => {

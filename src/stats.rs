@@ -44,6 +44,8 @@ static ERRORS: [Counter; Cause::COUNT] = [const { Counter::new() }; Cause::COUNT
 
 pub(crate) fn registration_created() {
     LIVE_REGISTRATIONS.add(1);
+}
+pub(crate) fn acquired() {
     ACQUIRED.add(1);
 }
 pub(crate) fn registration_dropped() {
