@@ -1,0 +1,525 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * NVIDIA P2P stand-in: the device side. Binds to the ivshmem-plain "GPU", hands out "GPU memory"
+ * from its BAR2 in 64 KiB granules through /dev/nvidia_p2p_standin (ALLOC, mmap, FREE, INFO; see
+ * uapi/nvidia_p2p_standin.h) and owns the module's parameters and lifetime. The nvidia_p2p_* API
+ * lives in standin_p2p.c, debugfs in standin_debugfs.c.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/bitmap.h>
+#include <linux/dma-mapping.h>
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/sched/mm.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "standin.h"
+#include "uapi/nvidia_p2p_standin.h"
+
+static_assert(NVP2P_GPU_PAGE_SIZE == GPU_PAGE_SIZE);
+
+struct standin_state standin = {
+	.lock = __MUTEX_INITIALIZER(standin.lock),
+	.pins = LIST_HEAD_INIT(standin.pins),
+	.alloc_lock = __SPIN_LOCK_UNLOCKED(standin.alloc_lock),
+	.allocs = LIST_HEAD_INIT(standin.allocs),
+	.next_handle = 1,
+};
+
+/* Which nvidia_p2p_page_table layout get_pages hands out: 1.2 (up to 575) or 2.0 (580+). */
+unsigned int page_table_version = PAGE_TABLE_VERSION_1_2;
+
+static int page_table_version_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v != PAGE_TABLE_VERSION_1_2 && v != PAGE_TABLE_VERSION_2_0)
+		return -EINVAL;
+	WRITE_ONCE(page_table_version, v);
+	return 0;
+}
+
+static int page_table_version_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "0x%08x\n", READ_ONCE(page_table_version));
+}
+
+static const struct kernel_param_ops page_table_version_ops = {
+	.set = page_table_version_set,
+	.get = page_table_version_get,
+};
+module_param_cb(page_table_version, &page_table_version_ops, &page_table_version, 0644);
+MODULE_PARM_DESC(page_table_version,
+		 "nvidia_p2p_page_table version handed out: 0x00010002 (default) or 0x00020000");
+
+/* nvidia.ko keeps part of BAR1 for itself; pins beyond the rest fail with -ENOMEM. */
+unsigned int bar1_reserve_mib = 36;
+module_param(bar1_reserve_mib, uint, 0644);
+MODULE_PARM_DESC(bar1_reserve_mib, "BAR1 MiB that pins may not use (default 36)");
+
+/* Like NVreg_GrdmaPciTopoCheckOverride: 0 lets peers map across the root complex. */
+bool topology_check = true;
+module_param(topology_check, bool, 0644);
+MODULE_PARM_DESC(topology_check,
+		 "refuse dma_map_pages unless GPU and peer share a PCIe switch (default 1)");
+
+/*
+ * Find a live allocation of @mm covering [va, va + len) and take a reference on it, or NULL.
+ * This is the "lookup by the calling process" of nvidia.ko: only the owner's own mapping counts.
+ */
+struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len)
+{
+	struct standin_alloc *a, *found = NULL;
+
+	if (!mm)
+		return NULL;
+	spin_lock(&standin.alloc_lock);
+	list_for_each_entry(a, &standin.allocs, node) {
+		if (a->freed || a->mm != mm || !a->va)
+			continue;
+		if (va >= a->va && va - a->va < a->size && len <= a->size - (va - a->va)) {
+			a->refs++;
+			found = a;
+			break;
+		}
+	}
+	spin_unlock(&standin.alloc_lock);
+	return found;
+}
+
+/* Drop a reference; the last one gives the BAR range back. Process context. */
+void standin_alloc_put(struct standin_alloc *a)
+{
+	struct standin_gpu *gpu;
+
+	spin_lock(&standin.alloc_lock);
+	if (--a->refs) {
+		spin_unlock(&standin.alloc_lock);
+		return;
+	}
+	list_del(&a->node);
+	gpu = standin.gpu;
+	if (gpu)
+		bitmap_clear(gpu->used, a->bar_offset / GPU_PAGE_SIZE, a->size / GPU_PAGE_SIZE);
+	spin_unlock(&standin.alloc_lock);
+	count_dec(live_allocations);
+	count_sub(allocated_bytes, a->size);
+	mmdrop(a->mm);
+	kfree(a);
+}
+
+/* Under alloc_lock. */
+static struct standin_alloc *find_handle_locked(u64 handle)
+{
+	struct standin_alloc *a;
+
+	list_for_each_entry(a, &standin.allocs, node)
+		if (a->handle == handle)
+			return a;
+	return NULL;
+}
+
+static long ioc_alloc(struct file *file, void __user *arg)
+{
+	struct nvp2p_alloc req;
+	struct standin_alloc *a;
+	struct standin_gpu *gpu;
+	unsigned long first, n;
+	int ret;
+
+	if (copy_from_user(&req, arg, sizeof(req)))
+		return -EFAULT;
+	ret = standin_inject(FN_ALLOC);
+	if (ret)
+		return ret;
+	if (!req.size || req.size > U64_MAX - GPU_PAGE_SIZE)
+		return -EINVAL;
+	a = kzalloc(sizeof(*a), GFP_KERNEL);
+	if (!a)
+		return -ENOMEM;
+	a->size = round_up(req.size, GPU_PAGE_SIZE);
+	a->file = file;
+	a->tgid = current->tgid;
+	a->refs = 1;
+	a->mm = current->mm;
+	n = a->size / GPU_PAGE_SIZE;
+
+	spin_lock(&standin.alloc_lock);
+	gpu = standin.gpu;
+	if (!gpu) {
+		ret = -ENODEV;
+		goto err_unlock;
+	}
+	if (a->size > gpu->bar_size) {
+		ret = -ENOMEM;
+		goto err_unlock;
+	}
+	first = bitmap_find_next_zero_area(gpu->used, gpu->granules, 0, n, 0);
+	if (first >= gpu->granules) {
+		ret = -ENOMEM;
+		goto err_unlock;
+	}
+	bitmap_set(gpu->used, first, n);
+	a->bar_offset = (u64)first * GPU_PAGE_SIZE;
+	a->handle = standin.next_handle++;
+	list_add_tail(&a->node, &standin.allocs);
+	mmgrab(a->mm);
+	spin_unlock(&standin.alloc_lock);
+	count_inc(live_allocations);
+	count_inc(total_allocations);
+	count_add(allocated_bytes, a->size);
+
+	req.size = a->size;
+	req.handle = a->handle;
+	req.mmap_offset = a->bar_offset;
+	req.bar_offset = a->bar_offset;
+	/* On a fault the allocation stays with the file and goes at release, as a leaked one would. */
+	return copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
+
+err_unlock:
+	spin_unlock(&standin.alloc_lock);
+	kfree(a);
+	return ret;
+}
+
+static long ioc_free(struct file *file, u64 __user *arg)
+{
+	struct standin_alloc *a;
+	u64 handle;
+	int ret;
+
+	if (get_user(handle, arg))
+		return -EFAULT;
+	mutex_lock(&standin.lock);
+	spin_lock(&standin.alloc_lock);
+	a = find_handle_locked(handle);
+	if (!a || a->file != file || a->freed || a->mm != current->mm) {
+		/* Only the owner frees (a forked child shares the file, not the allocation). */
+		ret = a && a->mm != current->mm && !a->freed ? -EACCES : -EINVAL;
+		spin_unlock(&standin.alloc_lock);
+		mutex_unlock(&standin.lock);
+		return ret;
+	}
+	a->freed = true;
+	spin_unlock(&standin.alloc_lock);
+	/* cudaFree: every non-persistent pin's free callback runs now, in this process. */
+	standin_teardown_alloc_pins(a);
+	mutex_unlock(&standin.lock);
+	standin_alloc_put(a);
+	return 0;
+}
+
+static long ioc_info(void __user *arg)
+{
+	struct nvp2p_info info;
+	struct standin_alloc *a;
+	struct standin_gpu *gpu;
+	int ret = 0;
+
+	if (copy_from_user(&info, arg, sizeof(info)))
+		return -EFAULT;
+	mutex_lock(&standin.lock);	/* for a->pins */
+	spin_lock(&standin.alloc_lock);
+	a = find_handle_locked(info.handle);
+	gpu = standin.gpu;
+	if (!a || !gpu) {
+		ret = -EINVAL;
+	} else {
+		info.va = a->va;
+		info.size = a->size;
+		info.bar_offset = a->bar_offset;
+		info.phys_addr = gpu->bar_phys + a->bar_offset;
+		info.live_pins = a->pins;
+		info.freed = a->freed;
+	}
+	spin_unlock(&standin.alloc_lock);
+	mutex_unlock(&standin.lock);
+	if (ret)
+		return ret;
+	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
+}
+
+static long standin_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case NVP2P_IOC_ALLOC:
+		return ioc_alloc(file, uarg);
+	case NVP2P_IOC_FREE:
+		return ioc_free(file, uarg);
+	case NVP2P_IOC_INFO:
+		return ioc_info(uarg);
+	}
+	return -ENOTTY;
+}
+
+static void standin_vma_open(struct vm_area_struct *vma)
+{
+	struct standin_alloc *a = vma->vm_private_data;
+
+	spin_lock(&standin.alloc_lock);
+	a->refs++;
+	spin_unlock(&standin.alloc_lock);
+}
+
+static void standin_vma_close(struct vm_area_struct *vma)
+{
+	struct standin_alloc *a = vma->vm_private_data;
+
+	/* munmap or exit: the VA no longer names the allocation (the pins stay). */
+	spin_lock(&standin.alloc_lock);
+	if (a->va == vma->vm_start)
+		a->va = 0;
+	spin_unlock(&standin.alloc_lock);
+	standin_alloc_put(a);
+}
+
+/* The mapping is the allocation's CUDA VA: it must not be split, moved or grown. */
+static int standin_vma_may_split(struct vm_area_struct *vma, unsigned long addr)
+{
+	return -EINVAL;
+}
+
+static int standin_vma_mremap(struct vm_area_struct *vma)
+{
+	return -EINVAL;
+}
+
+static const struct vm_operations_struct standin_vm_ops = {
+	.open = standin_vma_open,
+	.close = standin_vma_close,
+	.may_split = standin_vma_may_split,
+	.mremap = standin_vma_mremap,
+};
+
+static int standin_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	u64 offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	u64 size = vma->vm_end - vma->vm_start;
+	struct standin_alloc *a;
+	phys_addr_t phys = 0;
+	int ret = 0;
+
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	spin_lock(&standin.alloc_lock);
+	a = NULL;
+	list_for_each_entry(a, &standin.allocs, node)
+		if (a->file == file && !a->freed && a->bar_offset == offset)
+			break;
+	if (list_entry_is_head(a, &standin.allocs, node))
+		ret = -EINVAL;
+	else if (a->mm != vma->vm_mm)
+		ret = -EACCES;		/* GPU memory of another process */
+	else if (a->va)
+		ret = -EBUSY;		/* one CUDA VA per allocation */
+	else if (size != a->size || !IS_ALIGNED(vma->vm_start, GPU_PAGE_SIZE))
+		ret = -EINVAL;
+	else if (!standin.gpu)
+		ret = -ENODEV;
+	if (!ret) {
+		a->va = vma->vm_start;
+		a->refs++;
+		phys = standin.gpu->bar_phys + a->bar_offset;
+	}
+	spin_unlock(&standin.alloc_lock);
+	if (ret)
+		return ret;
+
+	/*
+	 * VM_IO | VM_PFNMAP: no struct pages, so pin_user_pages() and friends fail here exactly as
+	 * on CUDA memory. VM_DONTCOPY: a forked child does not inherit GPU memory.
+	 */
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
+	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	ret = io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT, size, vma->vm_page_prot);
+	if (ret) {
+		spin_lock(&standin.alloc_lock);
+		a->va = 0;
+		spin_unlock(&standin.alloc_lock);
+		standin_alloc_put(a);
+		return ret;
+	}
+	vma->vm_private_data = a;
+	vma->vm_ops = &standin_vm_ops;
+	return 0;
+}
+
+/* Process exit (or the last close): destroying the CUDA context frees what is left. */
+static int standin_release(struct inode *inode, struct file *file)
+{
+	struct standin_alloc *a, *victim;
+
+	mutex_lock(&standin.lock);
+	for (;;) {
+		victim = NULL;
+		spin_lock(&standin.alloc_lock);
+		list_for_each_entry(a, &standin.allocs, node) {
+			if (a->file == file && !a->freed) {
+				a->freed = true;
+				victim = a;
+				break;
+			}
+		}
+		spin_unlock(&standin.alloc_lock);
+		if (!victim)
+			break;
+		standin_teardown_alloc_pins(victim);
+		standin_alloc_put(victim);
+	}
+	mutex_unlock(&standin.lock);
+	return 0;
+}
+
+static const struct file_operations standin_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = standin_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = standin_mmap,
+	.release = standin_release,
+};
+
+static struct miscdevice standin_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "nvidia_p2p_standin",
+	.fops = &standin_fops,
+	.mode = 0666,
+};
+
+static int standin_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct standin_gpu *gpu;
+	int ret;
+
+	if (standin.gpu) {
+		dev_info(&pdev->dev, "only one GPU stand-in is supported; ignoring this one\n");
+		return -EBUSY;
+	}
+	if (!(pci_resource_flags(pdev, 2) & IORESOURCE_MEM) || pci_resource_len(pdev, 2) < GPU_PAGE_SIZE)
+		return -ENODEV;
+	ret = pci_enable_device_mem(pdev);
+	if (ret)
+		return ret;
+	ret = pci_request_region(pdev, 2, KBUILD_MODNAME);
+	if (ret)
+		goto err_disable;
+	/* A GPU addresses far more than 32 bits; it matters when it is its own peer. */
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (ret)
+		goto err_release;
+	gpu = kzalloc(sizeof(*gpu), GFP_KERNEL);
+	if (!gpu) {
+		ret = -ENOMEM;
+		goto err_release;
+	}
+	gpu->pdev = pdev;
+	gpu->bar_phys = pci_resource_start(pdev, 2);
+	gpu->bar_size = pci_resource_len(pdev, 2);
+	gpu->granules = gpu->bar_size / GPU_PAGE_SIZE;
+	gpu->used = bitmap_zalloc(gpu->granules, GFP_KERNEL);
+	if (!gpu->used) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	/* A fixed, recognisable UUID: "STANDIN", then the PCI address. */
+	memcpy(gpu->uuid, "STANDIN", 7);
+	gpu->uuid[8] = pci_domain_nr(pdev->bus) >> 8;
+	gpu->uuid[9] = pci_domain_nr(pdev->bus);
+	gpu->uuid[10] = pdev->bus->number;
+	gpu->uuid[11] = pdev->devfn;
+	pci_set_drvdata(pdev, gpu);
+
+	mutex_lock(&standin.lock);
+	spin_lock(&standin.alloc_lock);
+	standin.gpu = gpu;
+	spin_unlock(&standin.alloc_lock);
+	mutex_unlock(&standin.lock);
+	dev_info(&pdev->dev, "GPU stand-in: BAR2 %pa, %llu MiB, BAR1 reserve %u MiB\n",
+		 &gpu->bar_phys, (u64)gpu->bar_size >> 20, bar1_reserve_mib);
+	return 0;
+
+err_free:
+	kfree(gpu);
+err_release:
+	pci_release_region(pdev, 2);
+err_disable:
+	pci_disable_device(pdev);
+	return ret;
+}
+
+static void standin_remove(struct pci_dev *pdev)
+{
+	struct standin_gpu *gpu = pci_get_drvdata(pdev);
+
+	/* Only at unload (bind/unbind via sysfs is off): open files pin the module. */
+	mutex_lock(&standin.lock);
+	standin_free_leftover_pins();
+	spin_lock(&standin.alloc_lock);
+	if (!list_empty(&standin.allocs))
+		pr_err("allocations left at unload; their BAR ranges are forgotten\n");
+	standin.gpu = NULL;
+	spin_unlock(&standin.alloc_lock);
+	mutex_unlock(&standin.lock);
+	bitmap_free(gpu->used);
+	kfree(gpu);
+	pci_release_region(pdev, 2);
+	pci_disable_device(pdev);
+}
+
+static const struct pci_device_id standin_ids[] = {
+	{ PCI_DEVICE(0x1af4, 0x1110) },	/* QEMU ivshmem (plain) */
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, standin_ids);
+
+static struct pci_driver standin_pci_driver = {
+	.name = KBUILD_MODNAME,
+	.id_table = standin_ids,
+	.probe = standin_probe,
+	.remove = standin_remove,
+	.driver.suppress_bind_attrs = true,
+};
+
+static int __init standin_init(void)
+{
+	int ret;
+
+	standin_debugfs_init();
+	ret = pci_register_driver(&standin_pci_driver);
+	if (ret)
+		goto err_debugfs;
+	ret = misc_register(&standin_misc);
+	if (ret)
+		goto err_pci;
+	if (!standin.gpu)
+		pr_warn("no ivshmem-plain device (1af4:1110): ALLOC will fail with ENODEV\n");
+	return 0;
+
+err_pci:
+	pci_unregister_driver(&standin_pci_driver);
+err_debugfs:
+	standin_debugfs_exit();
+	return ret;
+}
+
+static void __exit standin_exit(void)
+{
+	misc_deregister(&standin_misc);
+	pci_unregister_driver(&standin_pci_driver);
+	standin_debugfs_exit();
+}
+
+module_init(standin_init);
+module_exit(standin_exit);
+
+MODULE_DESCRIPTION("Test-only stand-in for nvidia.ko's P2P API (nv-p2p.h) on an ivshmem BAR");
+/* The license NVIDIA's open kernel modules carry, so clients see the same symbol rules. */
+MODULE_LICENSE("Dual MIT/GPL");
