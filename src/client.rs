@@ -119,42 +119,33 @@ fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation) -> Erro
 /// None: `_data` is never used, so the driver may pass anything.
 unsafe extern "C" fn probe_free_callback(_data: *mut c_void) {}
 
-/// acquire: is `[addr, addr + size)` GPU memory of the calling process? `Ok(None)` means "not mine".
+/// acquire: is `[addr, addr + size)` GPU memory of the calling process? `None` means "not mine".
 pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<RegCtx>> {
     let name = link.name();
     let Ok(range) = GpuRange::covering(addr, size) else {
         stats::refuse(name, "acquire", None, EINVAL_NR, Cause::BadRange);
         return None;
     };
+    let refuse = |errno: i32, cause: Cause| {
+        stats::refuse(name, "acquire", Some(range), errno, cause);
+        None
+    };
+    let pin_refused = |e: Error| refuse(-e.to_errno(), Cause::of_pin_errno(-e.to_errno()));
     let flavour = link.flavour();
     let probe = match flavour {
-        Flavour::Persistent => match nvidia::get_pages_persistent(range) {
-            Ok(table) => {
-                // SAFETY: a persistent pin we just took: the driver never tears those down.
-                if unsafe { table.header() }.check(range.pages()).is_err() {
-                    let _ = nvidia::put_pages_persistent(range, table);
-                    stats::refuse(
-                        name,
-                        "acquire",
-                        Some(range),
-                        EINVAL_NR,
-                        Cause::UnknownLayout,
-                    );
-                    return None;
-                }
-                Some(table)
+        Flavour::Persistent => {
+            let table = match nvidia::get_pages_persistent(range) {
+                Ok(table) => table,
+                Err(e) => return pin_refused(e),
+            };
+            // SAFETY: a persistent pin we just took: the driver never tears those down.
+            if unsafe { table.header() }.check(range.pages()).is_err() {
+                let _ = nvidia::put_pages_persistent(range, table);
+                return refuse(EINVAL_NR, Cause::UnknownLayout);
             }
-            Err(e) => {
-                stats::refuse(
-                    name,
-                    "acquire",
-                    Some(range),
-                    -e.to_errno(),
-                    Cause::of_pin_errno(-e.to_errno()),
-                );
-                return None;
-            }
-        },
+            // Kept, and handed to get_pages when it asks for the same range.
+            Some(table)
+        }
         Flavour::Invalidating => {
             // Probe by pinning and unpinning, as nvidia-peermem does. The probe callback ignores its
             // data, so nothing of ours can be touched if the memory goes away meanwhile.
@@ -164,16 +155,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
                     let _ = nvidia::put_pages(range, table);
                     None
                 }
-                Err(e) => {
-                    stats::refuse(
-                        name,
-                        "acquire",
-                        Some(range),
-                        -e.to_errno(),
-                        Cause::of_pin_errno(-e.to_errno()),
-                    );
-                    return None;
-                }
+                Err(e) => return pin_refused(e),
             }
         }
     };
@@ -194,8 +176,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
             if let Some(table) = probe {
                 let _ = nvidia::put_pages_persistent(range, table);
             }
-            stats::refuse(name, "acquire", Some(range), ENOMEM_NR, Cause::OutOfMemory);
-            None
+            refuse(ENOMEM_NR, Cause::OutOfMemory)
         }
     }
 }

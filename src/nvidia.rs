@@ -90,6 +90,13 @@ fn check(rc: i32) -> Result {
     }
 }
 
+/// Runs a pin call with an out-pointer for the page table, and checks what it returned.
+fn pin_with(call: impl FnOnce(*mut *mut sys::nvidia_p2p_page_table) -> i32) -> Result<PageTable> {
+    let mut table: *mut sys::nvidia_p2p_page_table = core::ptr::null_mut();
+    check(call(&mut table))?;
+    NonNull::new(table).map(PageTable).ok_or(EIO)
+}
+
 /// Pins `range` of the calling process's GPU memory. The driver calls `callback(data)` if the
 /// memory goes away while pinned.
 ///
@@ -102,52 +109,39 @@ pub(crate) unsafe fn get_pages(
     callback: FreeCallback,
     data: *mut c_void,
 ) -> Result<PageTable> {
-    let mut table: *mut sys::nvidia_p2p_page_table = core::ptr::null_mut();
-    // SAFETY: the out-pointer is valid for the call; the callback contract is the caller's.
-    let rc = unsafe {
-        sys::nvidia_p2p_get_pages(
-            0,
-            0,
-            range.start(),
-            range.len(),
-            &mut table,
-            Some(callback),
-            data,
-        )
-    };
-    check(rc)?;
-    NonNull::new(table).map(PageTable).ok_or(EIO)
+    pin_with(|out| {
+        // SAFETY: `out` is valid for the call; the callback contract is the caller's.
+        unsafe {
+            sys::nvidia_p2p_get_pages(0, 0, range.start(), range.len(), out, Some(callback), data)
+        }
+    })
 }
 
 /// Pins `range` without a free callback: the memory outlives cudaFree until unpinned.
-#[cfg(peermem_persistent_api)]
 pub(crate) fn get_pages_persistent(range: GpuRange) -> Result<PageTable> {
-    let mut table: *mut sys::nvidia_p2p_page_table = core::ptr::null_mut();
-    // SAFETY: the out-pointer is valid for the call.
-    let rc =
-        unsafe { sys::nvidia_p2p_get_pages_persistent(range.start(), range.len(), &mut table, 0) };
-    check(rc)?;
-    NonNull::new(table).map(PageTable).ok_or(EIO)
-}
-
-/// Without the persistent API (drivers before 535), a persistent pin is a pin with no callback.
-#[cfg(not(peermem_persistent_api))]
-pub(crate) fn get_pages_persistent(range: GpuRange) -> Result<PageTable> {
-    let mut table: *mut sys::nvidia_p2p_page_table = core::ptr::null_mut();
-    // SAFETY: the out-pointer is valid for the call; with no callback there is no `data` to keep.
-    let rc = unsafe {
-        sys::nvidia_p2p_get_pages(
-            0,
-            0,
-            range.start(),
-            range.len(),
-            &mut table,
-            None,
-            core::ptr::null_mut(),
-        )
-    };
-    check(rc)?;
-    NonNull::new(table).map(PageTable).ok_or(EIO)
+    pin_with(|out| {
+        #[cfg(peermem_persistent_api)]
+        let rc = {
+            // SAFETY: `out` is valid for the call.
+            unsafe { sys::nvidia_p2p_get_pages_persistent(range.start(), range.len(), out, 0) }
+        };
+        // Without the persistent API (drivers before 535), a persistent pin is a pin with no
+        // callback, and so no `data` to keep alive.
+        #[cfg(not(peermem_persistent_api))]
+        // SAFETY: `out` is valid for the call.
+        let rc = unsafe {
+            sys::nvidia_p2p_get_pages(
+                0,
+                0,
+                range.start(),
+                range.len(),
+                out,
+                None,
+                core::ptr::null_mut(),
+            )
+        };
+        rc
+    })
 }
 
 /// Unpins a non-persistent pin. The driver answers 0 also for a table it already tore down.
