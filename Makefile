@@ -5,11 +5,19 @@
 #   make demo      set up everything, build, and show GPUDirect RDMA working in the test VM
 #   make check     run every test: cargo test on the host and the kselftests in the VM (CI runs this)
 #   make           build peermem_rs.ko against the test kernel
-#   make KDIR=/lib/modules/$(uname -r)/build NVIDIA_SRC=... PEER_MEM_INC=...
-#                  build it for a real kernel instead
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
 #
-# The toolchain, sources and kernel builds live in $(PEERMEM_CACHE), outside the repository.
+# On a GPU node (see "Installing on GPU nodes" in README.md):
+#   make KDIR=/lib/modules/$(uname -r)/build     build for a real kernel; packaging/configure.sh finds
+#                                                and checks rustc, the NVIDIA tree and MLNX_OFED
+#   sudo make dkms-install [MODULES_LOAD=1]      install with DKMS (rebuilt on every kernel update)
+#   sudo make dkms-uninstall
+#   sudo make install [MODULES_LOAD=1]           install without DKMS, for one kernel
+#   sudo make uninstall
+# install, uninstall and the dkms targets default to the running kernel.
+#
+# The toolchain, sources and kernel builds of the test environment live in $(PEERMEM_CACHE), outside
+# the repository.
 
 SHELL := /bin/bash
 PEERMEM_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/peermem-rs
@@ -17,6 +25,14 @@ export PEERMEM_CACHE
 
 REPO := $(CURDIR)
 BUILD := $(REPO)/.build
+# The one version of peermem-rs: [workspace.package] in Cargo.toml.
+VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' $(REPO)/Cargo.toml)
+
+# Installing is for a real kernel: the running one unless KDIR says otherwise.
+INSTALL_GOALS := install modules_install uninstall install-support uninstall-support dkms-install dkms-uninstall
+ifneq ($(filter $(INSTALL_GOALS),$(MAKECMDGOALS)),)
+KDIR ?= /lib/modules/$(shell uname -r)/build
+endif
 
 ifeq ($(KDIR),)
 # The test environment: the cached test kernel, built and used inside the trixie build root, the
@@ -33,14 +49,27 @@ KMAKE = $(IN_ROOT) $(MAKE) -C $$($(KDIR_CMD)) LLVM=$(LLVM)
 STANDINS := nvidia_p2p peer_mem_host p2p_probe test_client
 STANDIN_SYMVERS = $(foreach s,$(STANDINS),$(wildcard $(REPO)/tests/standins/$(s)/Module.symvers))
 KBUILD_EXTRA_SYMBOLS ?= $(STANDIN_SYMVERS)
-else
-KMAKE = $(MAKE) -C $(KDIR) $(if $(LLVM),LLVM=$(LLVM))
-endif
-
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(NVIDIA_SRC) PEER_MEM_INC=$(PEER_MEM_INC) \
 	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1)
+else
+# A real kernel. packaging/configure.sh finds and checks what the build needs for it (the rustc that
+# built it, the NVIDIA open-module tree, MLNX_OFED/DOCA-OFED, their Module.symvers) and writes it to
+# $(CONFIG_MK); every kbuild call then runs in a second make that reads it (the kbuild-% rule).
+CONFIG_MK := $(BUILD)/config.mk
+KREL := $(or $(PEERMEM_KERNELRELEASE),$(shell cat $(KDIR)/include/config/kernel.release 2>/dev/null),$(shell uname -r))
+ifdef PEERMEM_CONFIG
+include $(PEERMEM_CONFIG)
+# LLVM and RUSTC are given explicitly: they override what the caller passed (dkms adds LLVM=1).
+KMAKE = $(MAKE) -C $(PEERMEM_KDIR) LLVM=$(PEERMEM_LLVM) RUSTC=$(PEERMEM_RUSTC) BINDGEN=$(PEERMEM_BINDGEN)
+MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_PEER_MEM_INC) \
+	KBUILD_EXTRA_SYMBOLS="$(PEERMEM_EXTRA_SYMBOLS)" $(if $(PEERMEM_MODPOST_WARN),KBUILD_MODPOST_WARN=1) \
+	$(if $(CLIPPY),CLIPPY=1)
+endif
+endif
 
-.PHONY: all module standins setup kernel check demo vm-shell cargo-test clean
+.PHONY: all module standins setup kernel check demo vm-shell cargo-test clean \
+	install modules_install uninstall install-support uninstall-support \
+	dkms-source dkms-install dkms-uninstall
 
 all: module
 
@@ -55,7 +84,17 @@ ifdef TEST_ENV
 endif
 
 module: kernel $(if $(TEST_ENV),standins)
+ifdef TEST_ENV
 	+$(KMAKE) $(MODULE_ARGS) modules
+else
+	+@$(REPO)/packaging/configure.sh --kdir $(KDIR) --kernelrelease $(KREL) --out $(CONFIG_MK)
+	+@$(MAKE) --no-print-directory PEERMEM_CONFIG=$(CONFIG_MK) kbuild-modules
+endif
+
+# kbuild-TARGET: a kbuild target of the module for the configured real kernel.
+kbuild-%:
+	$(if $(PEERMEM_CONFIG),,$(error kbuild-$* is internal: use make module / install))
+	+$(KMAKE) $(MODULE_ARGS) $*
 
 # Each stand-in is built against the symbols of those before it.
 standins: kernel
@@ -85,6 +124,62 @@ ifdef TEST_ENV
 	-$(KMAKE) $(MODULE_ARGS) clean
 	-for s in $(STANDINS); do [ -f tests/standins/$$s/Kbuild ] && $(KMAKE) M=$(REPO)/tests/standins/$$s clean; done
 else
-	$(KMAKE) $(MODULE_ARGS) clean
+	$(MAKE) -C $(KDIR) M=$(REPO) clean
 endif
 	rm -rf $(BUILD)
+
+# --- installing on GPU nodes ---------------------------------------------------------------------
+# DESTDIR installs into a staging root. The module goes to /lib/modules/<kernel>/updates (DKMS:
+# updates/dkms); the modprobe.d snippet loads the NVIDIA driver and ib_core first and explains a
+# failed load (packaging/peermem-rs-explain); MODULES_LOAD=1 also loads peermem_rs at boot.
+MODPROBE_CONF := /lib/modprobe.d/peermem-rs.conf
+MODULES_LOAD_CONF := /etc/modules-load.d/peermem-rs.conf
+EXPLAIN := /usr/sbin/peermem-rs-explain
+DKMS ?= dkms
+DKMS_SRC_TREE ?= /usr/src
+# Extra dkms options, e.g. --dkmstree/--installtree (the packaging tests use them).
+DKMS_ARGS ?=
+DKMS_SRC := $(DESTDIR)$(DKMS_SRC_TREE)/peermem-rs-$(VERSION)
+DEPMOD = if [ -f $(DESTDIR)/lib/modules/$(KREL)/modules.dep ] && command -v depmod >/dev/null; then \
+	depmod -a $(if $(DESTDIR),-b $(DESTDIR)) $(KREL); fi
+
+modules_install: module
+	+@$(MAKE) --no-print-directory PEERMEM_CONFIG=$(CONFIG_MK) kbuild-modules_install \
+		INSTALL_MOD_PATH=$(DESTDIR) INSTALL_MOD_DIR=updates
+
+install: modules_install install-support
+
+install-support:
+	install -D -m 0644 $(REPO)/packaging/peermem-rs.modprobe.conf $(DESTDIR)$(MODPROBE_CONF)
+	install -D -m 0755 $(REPO)/packaging/peermem-rs-explain $(DESTDIR)$(EXPLAIN)
+ifeq ($(MODULES_LOAD),1)
+	install -D -m 0644 $(REPO)/packaging/peermem-rs.modules-load.conf $(DESTDIR)$(MODULES_LOAD_CONF)
+endif
+
+uninstall: uninstall-support
+	rm -f $(DESTDIR)/lib/modules/$(KREL)/updates/peermem_rs.ko*
+	@$(DEPMOD)
+
+uninstall-support:
+	rm -f $(DESTDIR)$(MODPROBE_CONF) $(DESTDIR)$(EXPLAIN) $(DESTDIR)$(MODULES_LOAD_CONF)
+
+# The DKMS source tree: what the build needs (no tests, no host crates), with dkms.conf made from
+# packaging/dkms.conf.in and Cargo.toml's version.
+dkms-source:
+	@[ -n "$(VERSION)" ] || { echo "no version in $(REPO)/Cargo.toml" >&2; exit 1; }
+	rm -rf $(DKMS_SRC)
+	mkdir -p $(DKMS_SRC)
+	cd $(REPO) && cp --parents Makefile Kbuild Cargo.toml README.md \
+		bindings/bindings.h bindings/bindgen.args bindings/shim.c bindings/shim.h \
+		$$(find src -name '*.rs') packaging/configure.sh packaging/peermem-rs-explain \
+		packaging/peermem-rs.modprobe.conf packaging/peermem-rs.modules-load.conf $(DKMS_SRC)/
+	sed 's/@VERSION@/$(VERSION)/' $(REPO)/packaging/dkms.conf.in > $(DKMS_SRC)/dkms.conf
+
+dkms-install: dkms-source install-support
+	$(DKMS) status -m peermem-rs -v $(VERSION) $(DKMS_ARGS) | grep -q . || \
+		$(DKMS) add -m peermem-rs -v $(VERSION) --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS)
+	$(DKMS) install -m peermem-rs -v $(VERSION) -k $(KREL) --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS)
+
+dkms-uninstall: uninstall-support
+	-$(DKMS) remove -m peermem-rs -v $(VERSION) --all --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS)
+	rm -rf $(DKMS_SRC)

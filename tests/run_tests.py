@@ -7,8 +7,9 @@
     tests/run_tests.py --variants switch --tests skeleton_load.sh    a subset
 
 Steps: the build root and test kernel (cached), the modules and the kselftests (built in the build
-root), `cargo test --workspace` on the host, then one VM boot per topology variant, each running its
-kselftests. The output is KTAP; the last line is `N passed, N failed, N skipped` and the exit status is
+root), `cargo test --workspace` and the host-side test scripts, the packaging tests (configure, dkms,
+make install: tests/packaging/host_tests.sh, which also put the DKMS-installed module into the payload),
+then one VM boot per topology variant, each running its kselftests. The output is KTAP; the last line is `N passed, N failed, N skipped` and the exit status is
 non-zero on any failure, including a kernel splat anywhere in a boot's log.
 """
 
@@ -65,6 +66,9 @@ def boots():
             if v not in plan:
                 raise SystemExit(f"{f}: unknown variant {v} (known: {', '.join(VARIANT_ORDER)})")
             plan[v].append(d.name)
+    # A collection with a `runs-last` file goes after the others of its boot (it taints the kernel).
+    for collections in plan.values():
+        collections.sort(key=lambda c: (SELFTESTS / c / "runs-last").exists())
     return [(v, c) for v, c in plan.items() if c]
 
 
@@ -140,6 +144,24 @@ def script_group(name, script):
     return ktap.Group(name, [f"{name} ({time.monotonic() - start:.1f} s)"], cases)
 
 
+def packaging_group(kdir):
+    """The host-side packaging tests: configure.sh's discovery and refusals, a real dkms run, make
+    install (tests/packaging/host_tests.sh, in the build root). They also leave in the payload what
+    the packaging kselftests load (modules/packaging/)."""
+    name = "host: packaging (configure, dkms, make install)"
+    log(name)
+    start = time.monotonic()
+    res = subprocess.run([str(REPO / "tests/infra/in-root"), str(REPO / "tests/packaging/host_tests.sh"),
+                          str(kdir), str(PAYLOAD / "modules" / "packaging")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cases = ktap.parse_ksft(res.stdout)
+    if res.returncode != 0 and not any(c.status == "fail" for c in cases):
+        # Exit 4 without results: the script could not run here (it says why).
+        cases.append(ktap.Case(name, "skip" if res.returncode == 4 and not cases else "fail",
+                               reason=f"exit {res.returncode}", output=res.stdout.splitlines()[-40:]))
+    return ktap.Group(name, [f"{name} ({time.monotonic() - start:.1f} s)"], cases)
+
+
 # Host-side test scripts that print KTAP, run after the build.
 HOST_SCRIPTS = [
     ("host: builds against each NVIDIA header", REPO / "tests/build/nv_headers.sh"),
@@ -200,6 +222,8 @@ def main():
     ap.add_argument("--variants", help="comma-separated VM variants to boot (default: all)")
     ap.add_argument("--tests", help="comma-separated kselftest names to run (default: all)")
     ap.add_argument("--no-cargo", action="store_true", help="skip cargo test")
+    ap.add_argument("--no-packaging", action="store_true",
+                    help="skip the host-side packaging tests (the packaging kselftests then skip too)")
     ap.add_argument("--no-vm", action="store_true", help="skip the VM boots")
     ap.add_argument("--build-only", action="store_true", help="build the modules and tests, run nothing")
     ap.add_argument("--timeout", type=int, default=2400, help="seconds per VM boot")
@@ -226,10 +250,13 @@ def main():
         groups.append(cargo_group())
         for name, script in HOST_SCRIPTS:
             groups.append(script_group(name, script))
+    only = set(a.tests.split(",")) if a.tests else None
+    # With --tests, the packaging tests run only when named ("packaging") or their kselftests are.
+    if not a.no_packaging and (only is None or only & ({"packaging"} | set(collection_tests("packaging", ksrc)))):
+        groups.append(packaging_group(kdir))
     if not a.no_vm:
         accel, reason = vm.choose_accel(kdir)
         log(f"accelerator: {accel} ({reason})")
-        only = set(a.tests.split(",")) if a.tests else None
         wanted = a.variants.split(",") if a.variants else None
         for variant, collections in boots():
             if wanted and variant not in wanted:

@@ -1,0 +1,483 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0
+#
+# Host-side tests of the packaging: packaging/configure.sh (discovery and refusals), a real dkms
+# add/build/install/remove (Debian's dkms), `make install`/`uninstall`, and peermem-rs-explain on
+# recorded /proc and /sys trees. Prints KTAP, one line per check.
+#
+#   tests/infra/in-root tests/packaging/host_tests.sh KDIR OUTDIR
+#
+# It runs inside the build root, whose /tmp is private to the call: every fake node layout lives in
+# /tmp and vanishes with it; /var/lib/dkms is covered by a tmpfs too, so nothing reaches the cached
+# root. The stand-ins must be built (make module). OUTDIR receives what the VM tests load
+# (tests/selftests/packaging): dkms/peermem_rs.ko as dkms installed it, nvidia.ko (a proprietary-
+# licensed stub of the NVIDIA exports) and VERSION (Cargo.toml's).
+set -uo pipefail
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+KDIR=${1:?usage: $0 KDIR OUTDIR}
+OUT=${2:?usage: $0 KDIR OUTDIR}
+CACHE_WORK=$(dirname "$(dirname "$KDIR")")
+NV_OPEN=$CACHE_WORK/src/nvidia-open-kernel-source/modules/nvidia-open-kernel
+NV_PROP=$CACHE_WORK/src/nvidia-tesla-535-kernel-source/modules/nvidia-tesla-535-kernel
+STANDINS=$REPO/tests/standins
+KREL=$(cat "$KDIR/include/config/kernel.release")
+VERSION=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml")
+WANT_RUSTC=$(sed -n 's/^CONFIG_RUSTC_VERSION_TEXT=//p' "$KDIR/include/config/auto.conf" | tr -d '"')
+NV_VERSION=550.163.01
+export REPO KDIR KREL
+
+echo "TAP version 13"
+bail() { echo "1..0 # SKIP $*"; exit 4; }
+[ "$(id -u)" = 0 ] && command -v dkms >/dev/null ||
+    bail "needs root and dkms: run it through tests/infra/in-root"
+awk '$5 == "/tmp" { f = 1 } END { exit !f }' /proc/self/mountinfo || bail "/tmp is not private: run it through tests/infra/in-root"
+for f in "$STANDINS/nvidia_p2p/Module.symvers" "$STANDINS/peer_mem_host/Module.symvers" \
+    "$STANDINS/nvidia_p2p/nvidia_p2p_standin.ko" "$NV_OPEN/nvidia/nv-p2p.h" "$NV_PROP/nvidia/nv-p2p.h"; do
+    [ -e "$f" ] || bail "no $f (make module; tests/infra/setup-toolchain.sh)"
+done
+# Whatever dkms might write to its default tree stays in this mount namespace.
+mount -t tmpfs tmpfs /var/lib/dkms || bail "cannot mount a tmpfs on /var/lib/dkms"
+
+T=$(mktemp -d /tmp/peermem-packaging.XXXXXX)
+LOG=$T/log
+n=0
+failed=0
+ok() { n=$((n + 1)); echo "ok $n $1"; }
+notok() {
+    n=$((n + 1))
+    failed=1
+    [ -s "$LOG" ] && tail -n 40 "$LOG" | sed 's/^/# | /'
+    echo "not ok $n $1"
+}
+# check DESC CMD...: passes if CMD succeeds (its output is shown on failure).
+check() {
+    local d=$1
+    shift
+    if "$@" > "$LOG" 2>&1; then ok "$d"; else notok "$d"; fi
+}
+# refusal DESC PATTERN... -- CMD...: CMD must fail, and say every PATTERN (fixed strings).
+refusal() {
+    local d=$1 pats=() p
+    shift
+    while [ "$1" != -- ]; do pats+=("$1"); shift; done
+    shift
+    if "$@" > "$LOG" 2>&1; then
+        echo "(the command succeeded)" >> "$LOG"
+        notok "$d"
+        return
+    fi
+    for p in "${pats[@]}"; do
+        grep -qF -- "$p" "$LOG" || { echo "(not said: $p)" >> "$LOG"; notok "$d"; return; }
+    done
+    ok "$d"
+}
+has() { grep -qF -- "$2" "$1" || { echo "$1 does not say: $2"; cat "$1"; return 1; }; }
+
+# --- fake nodes ------------------------------------------------------------------------------------
+
+# node DIR: an empty node for the test kernel: /usr/src, /var/lib/dkms, /lib/modules/KREL/build.
+node() {
+    rm -rf "$1"
+    mkdir -p "$1/usr/src" "$1/var/lib/dkms" "$1/lib/modules/$KREL" "$1/out"
+    ln -s "$KDIR" "$1/lib/modules/$KREL/build"
+}
+# nvidia_src DIR [TREE [VERSION]]: an NVIDIA source tree at DIR/usr/src/nvidia-VERSION (a link to
+# the cached tree: never write below it).
+nvidia_src() { ln -s "${2:-$NV_OPEN}" "$1/usr/src/nvidia-${3:-$NV_VERSION}"; }
+# dkms_nvidia DIR [VERSION]: the DKMS tree of the nvidia module: source -> /usr/src/nvidia-VERSION
+# and the Module.symvers its build left (the NVIDIA stand-in's, standing in for nvidia.ko's).
+dkms_nvidia() {
+    local v=${2:-$NV_VERSION}
+    mkdir -p "$1/var/lib/dkms/nvidia/$v/build"
+    ln -s "$1/usr/src/nvidia-$v" "$1/var/lib/dkms/nvidia/$v/source"
+    cp "$STANDINS/nvidia_p2p/Module.symvers" "$1/var/lib/dkms/nvidia/$v/build/"
+}
+# ofed DIR: MLNX_OFED's layout under DIR: include/rdma/peer_mem.h (our host stand-in's) and the
+# host stand-in's Module.symvers beside include/.
+ofed() {
+    mkdir -p "$1/include/rdma"
+    cp "$REPO/tests/standins/include/rdma/peer_mem.h" "$1/include/rdma/"
+    cp "$STANDINS/peer_mem_host/Module.symvers" "$1/"
+}
+# configure DIR [ARGS]: packaging/configure.sh on node DIR, writing DIR/out/config.mk.
+configure() {
+    local d=$1
+    shift
+    PEERMEM_SRC_TREE=$d/usr/src PEERMEM_DKMS_TREE=$d/var/lib/dkms PEERMEM_MODULES_TREE=$d/lib/modules \
+        "$REPO/packaging/configure.sh" --kdir "${FAKE_KDIR:-$KDIR}" --out "$d/out/config.mk" "$@"
+}
+# cfg DIR VAR: a value of DIR/out/config.mk.
+cfg() { sed -n "s/^PEERMEM_$2 := //p" "$1/out/config.mk"; }
+# expect DIR VAR VALUE
+expect() {
+    local v
+    v=$(cfg "$1" "$2")
+    [ "$v" = "$3" ] || { echo "PEERMEM_$2 is '$v', expected '$3'"; cat "$1/out/config.mk"; return 1; }
+}
+# fake_kdir DIR [sed script for auto.conf]: a kernel build dir with the test kernel's configuration
+# (edited) and, unless NO_RUST_META is set, its Rust metadata; enough for the configure step.
+fake_kdir() {
+    rm -rf "$1"
+    mkdir -p "$1/include/config" "$1/rust"
+    sed "${2:-}" "$KDIR/include/config/auto.conf" > "$1/include/config/auto.conf"
+    echo "$KREL" > "$1/include/config/kernel.release"
+    cp "$KDIR/Module.symvers" "$1/"
+    if [ -z "${NO_RUST_META:-}" ]; then
+        ln -s "$KDIR/rust/libkernel.rmeta" "$KDIR/rust/libmacros.so" "$1/rust/"
+    fi
+}
+
+# --- the proprietary stub (for the refusal of an installed proprietary nvidia.ko, and the VM) ------
+
+mkdir -p "$OUT/dkms"
+rm -f "$OUT/dkms/peermem_rs.ko" "$OUT/nvidia.ko" "$OUT/VERSION"
+echo "$VERSION" > "$OUT/VERSION"
+stub=$T/proprietary_nvidia
+cp -r "$REPO/tests/packaging/proprietary_nvidia" "$stub"
+check "proprietary stub: builds (a module 'nvidia' exporting nvidia_p2p_* under MODULE_LICENSE(\"NVIDIA\"))" \
+    make -s -C "$KDIR" LLVM=-19 M="$stub" NVIDIA_SRC="$NV_OPEN/nvidia" modules
+check "proprietary stub: its license is NVIDIA's" bash -c "[ \"\$(modinfo -F license $stub/nvidia.ko)\" = NVIDIA ]"
+[ "$(modinfo -F license "$stub/nvidia.ko" 2>/dev/null)" = NVIDIA ] && cp "$stub/nvidia.ko" "$OUT/nvidia.ko"
+
+# --- discovery -------------------------------------------------------------------------------------
+
+N=$T/n1
+node "$N"
+nvidia_src "$N"
+ofed "$N/usr/src/ofa_kernel/x86_64/$KREL"
+mkdir -p "$N/lib/modules/$KREL/updates/dkms"
+cp "$STANDINS/nvidia_p2p/nvidia_p2p_standin.ko" "$N/lib/modules/$KREL/updates/dkms/nvidia.ko"
+check "configure: finds MLNX_OFED in /usr/src/ofa_kernel/x86_64/<kernel>, the NVIDIA tree in /usr/src/nvidia-<version>" \
+    bash -c "$(declare -f configure cfg expect); configure $N &&
+        expect $N PEER_MEM_INC $N/usr/src/ofa_kernel/x86_64/$KREL/include &&
+        expect $N NVIDIA_SRC $N/usr/src/nvidia-$NV_VERSION/nvidia &&
+        expect $N EXTRA_SYMBOLS '$N/out/nvidia.symvers $N/usr/src/ofa_kernel/x86_64/$KREL/Module.symvers' &&
+        expect $N LLVM -19 && expect $N RUSTC /usr/bin/rustc && expect $N KERNELRELEASE $KREL"
+check "configure: nvidia.ko's symbols, read from the installed module, are those of its Module.symvers" \
+    diff <(cut -f1,2,4 "$N/out/nvidia.symvers" | sort) <(cut -f1,2,4 "$STANDINS/nvidia_p2p/Module.symvers" | sort)
+
+N=$T/n2
+node "$N"
+nvidia_src "$N"
+ofed "$N/usr/src/ofa_kernel/$KREL"
+dkms_nvidia "$N"
+check "configure: finds MLNX_OFED in /usr/src/ofa_kernel/<kernel>, nvidia's Module.symvers in its DKMS tree" \
+    bash -c "$(declare -f configure cfg expect); configure $N &&
+        expect $N PEER_MEM_INC $N/usr/src/ofa_kernel/$KREL/include &&
+        expect $N EXTRA_SYMBOLS '$N/var/lib/dkms/nvidia/$NV_VERSION/build/Module.symvers $N/usr/src/ofa_kernel/$KREL/Module.symvers'"
+
+# The "default" link of MLNX_OFED, here to the build for another kernel: used, with a warning.
+N=$T/n3
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/x86_64/6.99.0-other"
+ln -s x86_64/6.99.0-other "$N/usr/src/ofa_kernel/default"
+check "configure: falls back to /usr/src/ofa_kernel/default, and warns that it is another kernel's build" \
+    bash -c "$(declare -f configure cfg expect has); configure $N 2> $N/out/err &&
+        expect $N PEER_MEM_INC $N/usr/src/ofa_kernel/default/include &&
+        has $N/out/err 'ofa_kernel/default is the OFED build for 6.99.0-other, not $KREL'"
+
+# mlnx-ofed-kernel from DKMS, two versions: the one installed for this kernel wins.
+N=$T/n4
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+for v in 25.04 25.07; do ofed "$N/var/lib/dkms/mlnx-ofed-kernel/$v/build"; done
+ln -s "25.04/$KREL/x86_64" "$N/var/lib/dkms/mlnx-ofed-kernel/kernel-$KREL-x86_64"
+check "configure: finds mlnx-ofed-kernel's DKMS build tree, the version installed for this kernel" \
+    bash -c "$(declare -f configure cfg expect); configure $N &&
+        expect $N PEER_MEM_INC $N/var/lib/dkms/mlnx-ofed-kernel/25.04/build/include"
+
+# An Ubuntu kernel carrying the peer-memory patches: header and exports are the kernel's own.
+N=$T/n5
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+F=$T/kdir-sauce
+fake_kdir "$F"
+mkdir -p "$F/include/rdma"
+cp "$REPO/tests/standins/include/rdma/peer_mem.h" "$F/include/rdma/"
+printf '0x00000000\tib_register_peer_memory_client\tdrivers/infiniband/core/ib_core\tEXPORT_SYMBOL\t\n' >> "$F/Module.symvers"
+check "configure: an Ubuntu kernel with in-tree peer memory (rdma/peer_mem.h and the exports in the kernel's own files)" \
+    bash -c "$(declare -f configure cfg expect); FAKE_KDIR=$F configure $N &&
+        expect $N PEER_MEM_INC $F/include &&
+        expect $N EXTRA_SYMBOLS $N/var/lib/dkms/nvidia/$NV_VERSION/build/Module.symvers"
+
+# CRCs (CONFIG_MODVERSIONS): the test kernel has none, so a module with them is assembled here.
+cat > "$T/crcs.s" <<'EOF'
+	.section "__ksymtab","a"
+__ksymtab_foo:
+	.long 0, 0, 0
+	.section "__ksymtab_gpl","a"
+__ksymtab_bar:
+	.long 0, 0, 0
+__ksymtab_baz:
+	.long 0, 0, 0
+	.section "__kcrctab","a"
+__crc_bar:
+	.long 0xdeadbeef
+__crc_foo:
+	.long 0x12345678
+	.globl __crc_baz
+	.set __crc_baz, 0xcafef00d
+EOF
+printf '0x12345678\tfoo\tfake\tEXPORT_SYMBOL\t\n0xdeadbeef\tbar\tfake\tEXPORT_SYMBOL_GPL\t\n0xcafef00d\tbaz\tfake\tEXPORT_SYMBOL_GPL\t\n' | sort > "$T/crcs.want"
+check "configure gen-symvers: exports and CRCs (in __kcrctab, or absolute) of a module with CONFIG_MODVERSIONS" \
+    bash -c "clang-19 -c -x assembler $T/crcs.s -o $T/fake.ko && $REPO/packaging/configure.sh gen-symvers $T/fake.ko | sort | diff $T/crcs.want -"
+
+# --- refusals --------------------------------------------------------------------------------------
+# Each node has everything a build needs but the one thing refused.
+
+N=$T/r1
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/default"
+mkdir -p "$N/fakebin"
+printf '#!/bin/sh\necho "rustc 1.80.0 (051478957 2024-07-21)"\n' > "$N/fakebin/rustc"
+chmod +x "$N/fakebin/rustc"
+refusal "refused: a rustc other than the kernel's, naming the one to install" \
+    "kernel $KREL was built by '$WANT_RUSTC'" "found $N/fakebin/rustc: rustc 1.80.0" \
+    "apt install rustc-1.85" "rustup toolchain install 1.85.1" \
+    -- env PATH="$N/fakebin:$PATH" bash -c "$(declare -f configure); configure $N"
+check "refused: no configuration written after a refusal" test ! -e "$N/out/config.mk"
+
+N=$T/r2
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+refusal "refused: no MLNX_OFED/DOCA-OFED tree, with the places searched and what to install" \
+    "no peer-memory host (MLNX_OFED / DOCA-OFED) found for kernel $KREL" \
+    "$N/usr/src/ofa_kernel/x86_64/$KREL/include" "$N/usr/src/ofa_kernel/default/include" \
+    "mlnx-ofed-kernel-dkms" "could never load" \
+    -- configure "$N"
+
+N=$T/r3
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/default"
+rm "$N/usr/src/ofa_kernel/default/Module.symvers"
+refusal "refused: an OFED header without the Module.symvers that exports the peer-memory API" \
+    "no Module.symvers exporting ib_register_peer_memory_client" "PEERMEM_ALLOW_NO_PEER_MEM=1" \
+    -- configure "$N"
+check "PEERMEM_ALLOW_NO_PEER_MEM=1: configured anyway, loudly, with modpost warnings instead of errors" \
+    bash -c "$(declare -f configure cfg expect has); PEERMEM_ALLOW_NO_PEER_MEM=1 configure $N 2> $N/out/err &&
+        expect $N MODPOST_WARN 1 && has $N/out/err 'building WITHOUT the peer-memory host' &&
+        has $N/out/err 'Do not install this build on GPU nodes'"
+
+N=$T/r4
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/default"
+refusal "refused: NVIDIA_SRC at the proprietary driver's tree (Debian's nvidia-tesla-535-kernel-source)" \
+    "is NVIDIA's proprietary driver (MODULE_LICENSE(\"NVIDIA\") in $NV_PROP/nvidia/nv-frontend.c)" \
+    "GPL-only" "open kernel" "nvidia-peermem" \
+    -- env NVIDIA_SRC="$NV_PROP" bash -c "$(declare -f configure); configure $N"
+
+N=$T/r5
+node "$N"
+nvidia_src "$N" "$NV_PROP" 535.247.01
+dkms_nvidia "$N" 535.247.01
+ofed "$N/usr/src/ofa_kernel/default"
+# Found as /usr/src/nvidia-<version> or as the DKMS tree's source link to it: either may be named.
+refusal "refused: the proprietary tree when it is the one found in /usr/src or the DKMS tree" \
+    "535.247.01" "is NVIDIA's proprietary driver (MODULE_LICENSE(\"NVIDIA\")" "nvidia-peermem" \
+    -- configure "$N"
+
+N=$T/r6
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/default"
+mkdir -p "$N/lib/modules/$KREL/updates/dkms"
+if [ -f "$OUT/nvidia.ko" ]; then
+    xz -c "$OUT/nvidia.ko" > "$N/lib/modules/$KREL/updates/dkms/nvidia.ko.xz"
+    refusal "refused: a proprietary nvidia.ko installed for the kernel (compressed), even next to an open tree" \
+        "the installed $N/lib/modules/$KREL/updates/dkms/nvidia.ko.xz is NVIDIA's proprietary driver" \
+        -- configure "$N"
+else
+    notok "refused: a proprietary nvidia.ko installed for the kernel # no stub built"
+fi
+
+N=$T/r7
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/default"
+F=$T/kdir-norust
+fake_kdir "$F" '/^CONFIG_RUST=/d'
+refusal "refused: a kernel without CONFIG_RUST" \
+    "kernel $KREL was built without Rust support: CONFIG_RUST is not set" \
+    -- env FAKE_KDIR="$F" bash -c "$(declare -f configure); configure $N"
+F=$T/kdir-nometa
+NO_RUST_META=1 fake_kdir "$F"
+refusal "refused: CONFIG_RUST=y without the kernel's Rust metadata, naming linux-lib-rust" \
+    "has CONFIG_RUST=y, but its Rust metadata is missing" "rust/libkernel.rmeta" \
+    "apt install linux-lib-rust-$KREL" \
+    -- env FAKE_KDIR="$F" bash -c "$(declare -f configure); configure $N"
+
+# Through the Makefile: the build stops before compiling anything.
+N=$T/r8
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+make -s -C "$REPO" dkms-source DESTDIR="$N" > "$LOG" 2>&1
+SRC=$N/usr/src/peermem-rs-$VERSION
+refusal "refused by make KDIR=...: without OFED the build fails before compiling" \
+    "no peer-memory host (MLNX_OFED / DOCA-OFED) found" \
+    -- make -C "$SRC" KDIR="$KDIR" PEERMEM_SRC_TREE="$N/usr/src" PEERMEM_DKMS_TREE="$N/var/lib/dkms" \
+        PEERMEM_MODULES_TREE="$N/lib/modules" module
+check "refused by make KDIR=...: no peermem_rs.ko and no object was produced" \
+    bash -c "! ls $SRC/*.ko $SRC/src/*.o 2>/dev/null | grep ."
+
+# --- DKMS ------------------------------------------------------------------------------------------
+
+# A node with MLNX_OFED installed through DKMS (mlnx-ofed-kernel 25.07, "installed" for the test kernel:
+# its source, build tree with include/ and Module.symvers, and dkms's installed-link) and the NVIDIA
+# driver's DKMS tree (source -> /usr/src/nvidia-<version>, a build/Module.symvers).
+N=$T/dkms
+node "$N"
+D=$N/var/lib/dkms
+nvidia_src "$N"
+dkms_nvidia "$N"
+O=$N/usr/src/mlnx-ofed-kernel-25.07
+mkdir -p "$O" "$D/mlnx-ofed-kernel/25.07/$KREL/x86_64/module"
+printf 'PACKAGE_NAME=mlnx-ofed-kernel\nPACKAGE_VERSION=25.07\nBUILT_MODULE_NAME[0]=ib_core\nDEST_MODULE_LOCATION[0]=/updates/dkms\n' > "$O/dkms.conf"
+ln -s "$O" "$D/mlnx-ofed-kernel/25.07/source"
+ln -s "25.07/$KREL/x86_64" "$D/mlnx-ofed-kernel/kernel-$KREL-x86_64"
+ofed "$D/mlnx-ofed-kernel/25.07/build"
+DKMS_MAKE=(make -C "$REPO" DESTDIR="$N" KDIR="$KDIR" DKMS_ARGS="--dkmstree $D --installtree $N/lib/modules")
+dstatus() { dkms status -m peermem-rs --dkmstree "$D" --sourcetree "$N/usr/src" --installtree "$N/lib/modules"; }
+KO=$N/lib/modules/$KREL/updates/dkms/peermem_rs.ko
+start=$(date +%s)
+check "dkms: make dkms-install (dkms add, build, install) for the test kernel" "${DKMS_MAKE[@]}" dkms-install
+dkms_s=$(( $(date +%s) - start ))
+check "dkms: dkms.conf made from the template, with Cargo.toml's version $VERSION" \
+    bash -c "grep -qx 'PACKAGE_VERSION=\"$VERSION\"' $N/usr/src/peermem-rs-$VERSION/dkms.conf &&
+        grep -q '^BUILD_EXCLUSIVE_CONFIG=\"CONFIG_RUST ' $N/usr/src/peermem-rs-$VERSION/dkms.conf"
+check "dkms: status says installed for $KREL" bash -c "$(declare -f dstatus); D=$D N=$N KREL=$KREL; dstatus | tee /dev/stderr | grep -q 'peermem-rs/$VERSION, $KREL, x86_64: installed'"
+check "dkms: the installed module is version $VERSION for kernel $KREL, linked to the fake OFED and NVIDIA trees" \
+    bash -c "[ \"\$(modinfo -F version $KO)\" = $VERSION ] && modinfo -F vermagic $KO | grep -q '^$KREL ' &&
+        [ \"\$(modinfo -F depends $KO)\" = nvidia_p2p_standin,peer_mem_host ]"
+check "dkms: the build found OFED and NVIDIA in dkms's own trees" \
+    has "$D/peermem-rs/$VERSION/$KREL/x86_64/log/make.log" \
+    "rdma/peer_mem.h in $D/mlnx-ofed-kernel/25.07/build/include; symbols from $D/mlnx-ofed-kernel/25.07/build/Module.symvers"
+check "dkms: the rebuild dependency on mlnx-ofed-kernel is recorded (BUILD_DEPENDS, version 25.07)" \
+    bash -c "[ \"\$(cat $D/peermem-rs/$VERSION/$KREL/x86_64/.dep_mlnx-ofed-kernel)\" = 25.07 ]"
+check "dkms: the modprobe.d snippet is installed and parsed by modprobe (softdep, install hook)" \
+    bash -c "modprobe -c -C $N/lib/modprobe.d > $N/out/modprobe.c; cat $N/out/modprobe.c | grep peermem;
+        grep -qx 'softdep peermem_rs pre: nvidia ib_core ib_uverbs' $N/out/modprobe.c &&
+        grep -q '^install peermem_rs /sbin/modprobe --ignore-install peermem_rs .* /usr/sbin/peermem-rs-explain' $N/out/modprobe.c &&
+        [ -x $N/usr/sbin/peermem-rs-explain ]"
+[ -f "$KO" ] && cp "$KO" "$OUT/dkms/peermem_rs.ko"
+# A second kernel, built without Rust: dkms skips it (BUILD_EXCLUSIVE_CONFIG) instead of failing.
+F=$T/kdir-norust-dkms
+fake_kdir "$F" '/^CONFIG_RUST=/d'
+echo "$KREL-norust" > "$F/include/config/kernel.release"
+mkdir -p "$N/lib/modules/$KREL-norust"
+ln -s "$F" "$N/lib/modules/$KREL-norust/build"
+check "dkms: a kernel without CONFIG_RUST is skipped by BUILD_EXCLUSIVE_CONFIG (exit 77), not failed" \
+    bash -c "dkms build -m peermem-rs -v $VERSION -k $KREL-norust --dkmstree $D --sourcetree $N/usr/src \
+        --installtree $N/lib/modules; rc=\$?; echo rc=\$rc; [ \$rc = 77 ]"
+check "dkms: make dkms-uninstall removes the module, its dkms entry, the sources and the snippet" \
+    bash -c "$(declare -f dstatus); D=$D N=$N KREL=$KREL; ${DKMS_MAKE[*]@Q} dkms-uninstall &&
+        [ ! -e $KO ] && [ -z \"\$(dstatus)\" ] && [ ! -e $N/usr/src/peermem-rs-$VERSION ] &&
+        [ ! -e $N/lib/modprobe.d/peermem-rs.conf ] && [ ! -e $N/usr/sbin/peermem-rs-explain ]"
+
+# --- make install (without DKMS) -------------------------------------------------------------------
+
+N=$T/inst
+node "$N"
+nvidia_src "$N"
+ofed "$N/usr/src/ofa_kernel/x86_64/$KREL"
+dkms_nvidia "$N"
+make -s -C "$REPO" dkms-source DESTDIR="$N/stage" > "$LOG" 2>&1
+SRC=$N/stage/usr/src/peermem-rs-$VERSION
+R=$N/root
+mkdir -p "$R/lib/modules/$KREL"
+INST=(make -C "$SRC" KDIR="$KDIR" DESTDIR="$R" PEERMEM_SRC_TREE="$N/usr/src" PEERMEM_DKMS_TREE="$N/var/lib/dkms"
+      PEERMEM_MODULES_TREE="$N/lib/modules")
+start=$(date +%s)
+check "make install MODULES_LOAD=1: builds and installs the module, the modprobe.d snippet, the explain script, modules-load.d" \
+    bash -c "${INST[*]@Q} MODULES_LOAD=1 install && [ -f $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
+        [ -f $R/lib/modprobe.d/peermem-rs.conf ] && [ -x $R/usr/sbin/peermem-rs-explain ] &&
+        grep -qx peermem_rs $R/etc/modules-load.d/peermem-rs.conf"
+install_s=$(( $(date +%s) - start ))
+check "make install: depmod indexed it, with the module's own soft dependencies" \
+    bash -c "grep -q '^updates/peermem_rs.ko:' $R/lib/modules/$KREL/modules.dep &&
+        grep -qx 'softdep peermem_rs pre: nvidia ib_core ib_uverbs' $R/lib/modules/$KREL/modules.softdep"
+check "make install: modprobe (dry run) would run the install hook, which inserts updates/peermem_rs.ko" \
+    bash -c "modprobe -n -v -d $R -S $KREL -C $R/lib/modprobe.d peermem_rs | tee /dev/stderr |
+            grep -q '^install /sbin/modprobe --ignore-install peermem_rs .*peermem-rs-explain' &&
+        modprobe -n -v --ignore-install -d $R -S $KREL -C $R/lib/modprobe.d peermem_rs | tee /dev/stderr |
+            grep -q '^insmod $R/lib/modules/$KREL/updates/peermem_rs.ko'"
+check "make uninstall: everything installed is gone" \
+    bash -c "${INST[*]@Q} uninstall && [ ! -e $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
+        [ ! -e $R/lib/modprobe.d/peermem-rs.conf ] && [ ! -e $R/usr/sbin/peermem-rs-explain ] &&
+        [ ! -e $R/etc/modules-load.d/peermem-rs.conf ] && ! grep -q peermem_rs $R/lib/modules/$KREL/modules.dep"
+
+# --- peermem-rs-explain on recorded /proc and /sys -------------------------------------------------
+
+EX=$REPO/packaging/peermem-rs-explain
+# state DIR: an empty recorded system; then fill DIR/proc/modules, DIR/proc/kallsyms, DIR/dmesg ...
+state() {
+    rm -rf "$1"
+    mkdir -p "$1/proc" "$1/sys/module" "$1/sys/kernel/mm/memory_peers"
+    : > "$1/proc/modules"
+    : > "$1/proc/kallsyms"
+    : > "$1/dmesg"
+}
+fake_mod() { echo "$2 16384 0 - Live 0x0000000000000000" >> "$1/proc/modules"; mkdir -p "$1/sys/module/$2"; echo "${3:-}" > "$1/sys/module/$2/taint"; }
+ksym() { printf '0000000000000000 T %s\t[%s]\n' "$2" "$3" >> "$1/proc/kallsyms"; }
+S=$T/explain
+state "$S"
+fake_mod "$S" nvidia PO
+fake_mod "$S" ib_core O
+ksym "$S" nvidia_p2p_get_pages nvidia
+ksym "$S" ib_register_peer_memory_client ib_core
+echo "[  12.5] peermem_rs: module using GPL-only symbols uses symbols nvidia_p2p_get_pages from proprietary module nvidia." > "$S/dmesg"
+check "explain: the proprietary driver (taint P of the module exporting nvidia_p2p_*), with what to do" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; rc=\$?; cat $S/out; [ \$rc = 1 ] &&
+        grep -q '\[proprietary-driver\] .*module nvidia has taint flag P' $S/out && grep -q 'nvidia-peermem' $S/out &&
+        ! grep -q 'no-peer-memory-host\|no-nvidia-driver' $S/out"
+state "$S"
+fake_mod "$S" nvidia O
+ksym "$S" nvidia_p2p_get_pages nvidia
+echo "[  3.1] peermem_rs: Unknown symbol ib_register_peer_memory_client (err -2)" > "$S/dmesg"
+check "explain: no peer-memory host" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out;
+        grep -q '\[no-peer-memory-host\] .*Unknown symbol ib_register_peer_memory_client' $S/out &&
+        ! grep -q 'proprietary-driver' $S/out"
+state "$S"
+fake_mod "$S" nvidia O
+fake_mod "$S" ib_core O
+fake_mod "$S" nvidia_peermem O
+ksym "$S" nvidia_p2p_get_pages nvidia
+ksym "$S" ib_register_peer_memory_client ib_core
+mkdir -p "$S/sys/kernel/mm/memory_peers/nv_mem"
+check "explain: nvidia_peermem holds the client name" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out; grep -q '\[client-name-taken\] NVIDIA.s nvidia_peermem is loaded' $S/out &&
+        grep -q 'rmmod nvidia_peermem' $S/out"
+state "$S"
+fake_mod "$S" nvidia O
+fake_mod "$S" ib_core O
+ksym "$S" nvidia_p2p_get_pages nvidia
+ksym "$S" ib_register_peer_memory_client ib_core
+echo "[  3.1] peermem_rs: disagrees about version of symbol ib_register_peer_memory_client" > "$S/dmesg"
+check "explain: a stale build (CRC mismatch after an OFED or driver upgrade)" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out; grep -q '\[stale-build\] .*symbol ib_register_peer_memory_client' $S/out &&
+        grep -q 'dkms build --force' $S/out"
+fake_mod "$S" peermem_rs O
+echo "$VERSION" > "$S/sys/module/peermem_rs/version"
+mkdir -p "$S/sys/kernel/mm/memory_peers/nv_mem"
+check "explain: peermem_rs loaded: exit 0, version and clients" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; rc=\$?; cat $S/out; [ \$rc = 0 ] &&
+        grep -q 'peermem_rs $VERSION is loaded; peer-memory clients: nv_mem' $S/out"
+
+echo "# dkms add+build+install ${dkms_s:-?} s, make install (build included) ${install_s:-?} s"
+echo "1..$n"
+exit $failed
