@@ -1,0 +1,76 @@
+#!/bin/sh
+# SPDX-License-Identifier: GPL-2.0
+# Differential conformance test: the same scenarios against NVIDIA's nvidia-peermem (550, the
+# reference) and against peermem-rs in the same configuration (persistent_api_support=0: an
+# invalidating nv_mem plus a persistent nv_mem_nc, which is all 550 has), in this one VM boot, from
+# freshly loaded stand-ins each time. Every observation that differs must be listed in
+# `differences` with its reason and the README entry that documents it; anything else fails.
+#
+#   conformance.sh              the scenarios of this VM variant (PEERMEM_VARIANT: switch or split)
+#   conformance.sh --findings   only the scenarios that make nvidia-peermem splat (never in make
+#                               check: tests/selftests/conformance/findings.sh boots a VM for them)
+#
+# Prints KTAP, one result per scenario. The report (Markdown) and both observation logs go to
+# /results when it exists (the VM runner brings them back to the host), else to $TMPDIR.
+cd "$(dirname "$0")" || exit 1
+variant=${PEERMEM_VARIANT:-switch}
+mods=${PEERMEM_MODULES:-/payload/modules}
+findings=0
+[ "${1:-}" = "--findings" ] && findings=1
+
+case $variant in
+switch | split) part=$variant ;;
+*)
+	echo "TAP version 13"
+	echo "1..0 # SKIP the conformance scenarios run in the switch and split variants, not $variant"
+	exit 4
+	;;
+esac
+for ko in nvidia-peermem.ko peermem_rs.ko nvidia_p2p_standin.ko peer_mem_host.ko peer_test_client.ko; do
+	if [ ! -f "$mods/$ko" ]; then
+		echo "TAP version 13"
+		echo "1..0 # SKIP no $ko in $mods (nvidia-peermem.ko is built by tests/reference/build-nvidia-peermem.sh)"
+		exit 4
+	fi
+done
+
+out=/results
+[ -d "$out" ] && [ -w "$out" ] || out=${TMPDIR:-/tmp}
+name=conformance-$variant
+[ $findings = 1 ] && name=conformance-findings
+
+# Scenarios that make nvidia-peermem splat are left out of its run here (the runner fails a boot
+# on any splat); the findings run does only those, against both modules.
+nv_args=""
+rs_args=""
+if [ $findings = 1 ]; then
+	only=$(awk '$1 == "finding" { printf " --only %s", $2 }' differences)
+	[ -n "$only" ] || { echo "TAP version 13"; echo "1..0 # SKIP no findings listed"; exit 4; }
+	nv_args=$only
+	rs_args=$only
+else
+	nv_args=$(awk '$1 == "finding" && $3 == "nvidia_peermem" { printf " --skip %s", $2 }' differences)
+fi
+
+start=$(cut -d' ' -f1 /proc/uptime)
+echo "conformance: $name against nvidia_peermem" > /dev/kmsg
+./conformance nvidia_peermem $part $nv_args > "$out/$name-nvidia_peermem.obs" 2> "$out/$name-nvidia_peermem.err"
+rca=$?
+mid=$(cut -d' ' -f1 /proc/uptime)
+echo "conformance: $name against peermem_rs" > /dev/kmsg
+./conformance peermem_rs $part $rs_args > "$out/$name-peermem_rs.obs" 2> "$out/$name-peermem_rs.err"
+rcb=$?
+stop=$(cut -d' ' -f1 /proc/uptime)
+
+awk -f compare.awk -v variant="$variant" -v report="$out/$name.md" -v rca=$rca -v rcb=$rcb \
+	differences README.md "$out/$name-nvidia_peermem.obs" "$out/$name-peermem_rs.obs"
+rc=$?
+awk -v s="$start" -v m="$mid" -v e="$stop" 'BEGIN {
+	printf "# durations: nvidia_peermem %.1f s, peermem_rs %.1f s\n", m - s, e - m }' |
+	tee -a "$out/$name.md.summary"
+for t in nvidia_peermem peermem_rs; do
+	[ -s "$out/$name-$t.err" ] && sed -e "s/^/# $t stderr: /" "$out/$name-$t.err"
+done
+# The report, in the KTAP output too.
+sed -e 's/^/# /' "$out/$name.md"
+exit $rc

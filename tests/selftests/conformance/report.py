@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Write docs/conformance.md: the side-by-side comparison of peermem-rs with NVIDIA's nvidia-peermem.
+
+    tests/selftests/conformance/report.py [--print] [--out FILE]
+
+Made from files the test runs leave behind: the newest run (.build/run-*/results/<variant>/) whose
+switch and split boots ran the conformance selftest, and the findings boot
+(.build/conformance-findings/, made by findings.py). The tables themselves are written by
+compare.awk in the VM; this adds the context, the durations, the findings' evidence, and a check
+that every documented difference was seen at least once (exit 1 otherwise, or when a part is
+missing or failed).
+"""
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+BUILD = REPO / ".build"
+
+
+def newest(variant):
+    """The newest results directory of a boot of `variant` that ran the conformance test."""
+    found = sorted(BUILD.glob(f"run-*/results/{variant}/conformance-{variant}.md"))
+    return found[-1].parent if found else None
+
+
+def guest_seconds(results):
+    """(userspace after, done after) seconds of guest uptime, from the console log."""
+    console = (results / "console.log").read_text(errors="replace") if (results / "console.log").exists() else ""
+    up = re.search(r"peermem-vm: userspace after ([\d.]+) s", console)
+    done = re.search(r"peermem-vm: done after ([\d.]+) s", console)
+    return (float(up.group(1)) if up else None, float(done.group(1)) if done else None)
+
+
+def conformance_window(results):
+    """Seconds of guest time between the start of the conformance test and its end (kernel log)."""
+    dmesg = (results / "dmesg").read_text(errors="replace") if (results / "dmesg").exists() else ""
+    b = re.search(r"\[\s*([\d.]+)\] peermem-ksft: begin conformance/conformance.sh", dmesg)
+    e = re.search(r"\[\s*([\d.]+)\] peermem-ksft: end conformance/conformance.sh rc=(\d+)", dmesg)
+    if not b or not e:
+        return None, None
+    return float(e.group(1)) - float(b.group(1)), int(e.group(2))
+
+
+def used_entries(dirs):
+    used = set()
+    for d in dirs:
+        for f in d.glob("conformance-*.md.used"):
+            used.update(line.split(None, 1)[1].strip() for line in f.read_text().splitlines()
+                        if line.startswith("used: "))
+    return used
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "docs" / "conformance.md"))
+    ap.add_argument("--print", action="store_true", help="print the report instead of writing it")
+    a = ap.parse_args()
+
+    ok = True
+    parts = []
+    dirs = []
+    for variant in ("switch", "split"):
+        d = newest(variant)
+        if d is None:
+            parts.append(f"## VM variant `{variant}`\n\n**No run of this variant found** "
+                         f"(`tests/run_tests.py --no-cargo --variants {variant} --tests conformance.sh`).\n")
+            ok = False
+            continue
+        dirs.append(d)
+        up, done = guest_seconds(d)
+        window, rc = conformance_window(d)
+        summary = (d / f"conformance-{variant}.md.summary").read_text().strip().splitlines()
+        durations = next((s.lstrip("# ").strip() for s in summary if "durations" in s), "")
+        head = [f"From `{d.relative_to(REPO)}`. The boot reached userspace after {up} s and ended "
+                f"after {done} s (guest uptime); the conformance test took "
+                f"{window:.0f} s" if window is not None else "?", ]
+        if durations:
+            head.append(f" ({durations.replace('durations: ', '')})")
+        head.append(f"; {summary[0] if summary else ''}.")
+        if rc not in (0, None):
+            ok = False
+            head.append(f" **The test failed (exit {rc}).**")
+        body = (d / f"conformance-{variant}.md").read_text()
+        body = body.replace(f"## VM variant `{variant}`\n", "")
+        parts.append(f"## VM variant `{variant}`\n\n{''.join(head)}\n{body}")
+
+    fdir = BUILD / "conformance-findings"
+    if (fdir / "findings.md").exists():
+        dirs.append(fdir)
+        findings = (fdir / "findings.md").read_text()
+        if (fdir / "conformance-findings.md").exists():
+            findings += "\nThe findings scenarios side by side (from the same boot):\n\n"
+            findings += (fdir / "conformance-findings.md").read_text().replace(
+                "## VM variant `switch`\n", "")
+        if "Not reproduced" in findings or "caused a splat too" in findings:
+            ok = False
+    else:
+        findings = ("**No findings boot found**: run `tests/selftests/conformance/findings.py` "
+                    "(after `tests/run_tests.py --build-only`).\n")
+        ok = False
+
+    entries = []
+    for line in (HERE / "differences").read_text().splitlines():
+        f = line.split()
+        if f and f[0] == "diff":
+            entries.append(f"{f[1]} {f[2]}")
+    used = used_entries(dirs)
+    unused = [e for e in entries if e not in used]
+
+    text = f"""<!-- SPDX-License-Identifier: GPL-2.0 -->
+<!-- Generated by tests/selftests/conformance/report.py on {time.strftime('%Y-%m-%d %H:%M')}; do not edit. -->
+# Conformance with NVIDIA's nvidia-peermem
+
+peermem-rs claims to be a drop-in replacement for NVIDIA's `nvidia-peermem`. The conformance
+selftest (`tests/selftests/conformance/`) checks that claim by differential testing: the same
+scenarios run, in one VM boot, first against NVIDIA's own `nvidia-peermem.ko` (driver 550, from
+Debian's `nvidia-open-kernel-source`, built at test time against the stand-ins by
+`tests/reference/build-nvidia-peermem.sh`), then against `peermem_rs.ko`, each time from freshly
+loaded stand-ins. For every scenario it compares what a user of ib_core can observe: return codes,
+the clients that took the memory, SG lists (DMA addresses relative to the GPU memory, and lengths),
+the `memory_peers` statistics, whether and when an invalidation reached the host (state,
+invalidation count, time relative to the cudaFree, `unmapped_by_invalidation`), the module's
+reference count, every counter of the host and the NVIDIA stand-in, and every live object left
+behind. A difference fails the test unless `tests/selftests/conformance/differences` lists it with
+its reason and the entry of README.md's "Differences from nvidia-peermem" that documents it.
+
+**Like with like.** nvidia-peermem 550 has only `peerdirect_support`: it always registers an
+invalidating `nv_mem` (asked first) and a persistent `nv_mem_nc`. peermem-rs does the same with
+`persistent_api_support=0`, which is the configuration compared here; its default,
+`persistent_api_support=1` (a single persistent `nv_mem`, the default of newer nvidia-peermem), has
+no counterpart in 550 and is covered by the peermem selftests instead. Both run with
+`peerdirect_support=0` and `1`, on a 5.x host (`ex_support=1`) and on a 4.9 host (`ex_support=0`).
+
+**Not compared by design**: peermem-rs's debugfs statistics and its explanation lines in the kernel
+log (nvidia-peermem has neither), and module names and version strings.
+
+Regenerate: `tests/run_tests.py --no-cargo --variants switch,split --tests conformance.sh`, then
+`tests/selftests/conformance/findings.py`, then `tests/selftests/conformance/report.py`.
+
+{chr(10).join(parts)}
+## Findings: where nvidia-peermem itself misbehaves
+
+{findings}
+"""
+    if unused:
+        text += ("\n## Documented differences not seen in these runs\n\n" +
+                 "".join(f"- `{e}`\n" for e in unused))
+        ok = False
+    if a.print:
+        sys.stdout.write(text)
+    else:
+        out = Path(a.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+        print(f"wrote {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
