@@ -104,10 +104,11 @@ check "full check with whatever is loaded gives a verdict (exit $rc)" \
 # With the stand-ins of nvidia.ko and the peer-memory host, and peermem_rs registered as nv_mem, the
 # software side is complete and the verdict is the hardware's.
 stack() {
-	nv_ko=$(ls "$PEERMEM_MODULES"/nvidia*.ko 2>/dev/null | head -n 1)
-	host_ko=$(ls "$PEERMEM_MODULES"/peer_mem_host*.ko 2>/dev/null | head -n 1)
+	# By exact name: the payload also holds NVIDIA's nvidia-peermem.ko, which needs the host first.
+	nv_ko=$PEERMEM_MODULES/nvidia_p2p_standin.ko
+	host_ko=$PEERMEM_MODULES/peer_mem_host.ko
 	rs_ko=$PEERMEM_MODULES/peermem_rs.ko
-	if [ -z "$nv_ko" ] || [ -z "$host_ko" ] || [ ! -f "$rs_ko" ]; then
+	if [ ! -f "$nv_ko" ] || [ ! -f "$host_ko" ] || [ ! -f "$rs_ko" ]; then
 		ktap_test_skip "with the stand-ins and peermem_rs loaded: modules not in $PEERMEM_MODULES"
 		return
 	fi
@@ -116,7 +117,8 @@ stack() {
 		m=$(basename "$ko" .ko | tr - _)
 		grep -q "^$m " /proc/modules && continue
 		if ! insmod "$ko"; then
-			ktap_test_skip "with the stand-ins and peermem_rs loaded: insmod $m failed"
+			# The modules are there: failing to load them is a failure, not a reason to skip.
+			ktap_test_fail "with the stand-ins and peermem_rs loaded: insmod $m failed"
 			for u in $loaded; do rmmod "$u"; done
 			return
 		fi
@@ -124,7 +126,7 @@ stack() {
 	done
 	nv_mod=$(basename "$nv_ko" .ko | tr - _)
 	if [ ! -d /sys/kernel/mm/memory_peers/nv_mem ]; then
-		ktap_test_skip "with the stand-ins and peermem_rs loaded: peermem_rs registered no nv_mem client"
+		ktap_test_fail "with the stand-ins and peermem_rs loaded: peermem_rs registered no nv_mem client"
 	else
 		# shellcheck disable=SC2086
 		"$doctor" --nvidia-module "$nv_mod" $declare > "$out" 2>&1
