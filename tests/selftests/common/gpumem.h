@@ -27,6 +27,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "uapi/nvidia_p2p_standin.h"
@@ -121,6 +123,54 @@ static inline int gpu_free(int fd, __u64 handle)
 }
 
 /* A debugfs counter of the stand-in; -1 if it cannot be read (module not loaded, no debugfs). */
+/*
+ * Allocates @size bytes of GPU memory in a child process, for tests of "memory of another process".
+ * Returns the child's pid and its VA in *@child_va (0 when the child could not allocate), or
+ * -errno. The child keeps the memory until gpu_child_end() kills it. It reports through a pipe
+ * and then sleeps: reading the pipe itself could take back its own bytes before the parent does.
+ */
+static inline pid_t gpu_alloc_in_child(size_t size, uintptr_t *child_va)
+{
+	int pipefd[2];
+	pid_t pid;
+
+	*child_va = 0;
+	if (pipe(pipefd))
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		pid = -errno;
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return pid;
+	}
+	if (pid == 0) {
+		int fd = gpu_open();
+		__u64 h;
+		void *p = fd >= 0 ? gpu_alloc(fd, size, &h) : NULL;
+		uintptr_t v = (uintptr_t)p;
+
+		if (write(pipefd[1], &v, sizeof(v)) != sizeof(v))
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(pipefd[1]);
+	if (read(pipefd[0], child_va, sizeof(*child_va)) != sizeof(*child_va))
+		*child_va = 0;
+	close(pipefd[0]);
+	return pid;
+}
+
+/* Ends the child of gpu_alloc_in_child(): its GPU memory goes with it. */
+static inline void gpu_child_end(pid_t pid)
+{
+	int status;
+
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+}
+
 static inline long long gpu_counter(const char *name)
 {
 	char path[256], buf[64];

@@ -425,7 +425,14 @@ static int reg(const char *pfx, const void *va, size_t len, unsigned int flags,
 		snprintf(key, sizeof(key), "%s.page_size", pfx);
 		ob(key, "%llu", (unsigned long long)r.page_size);
 		snprintf(key, sizeof(key), "%s.nmap", pfx);
-		ob(key, "%u", r.nmap);
+		/*
+		 * Host memory is pinned by the host itself, which merges physically contiguous pages:
+		 * its entry count says where the kernel put the pages, nothing about the client.
+		 */
+		if (r.client[0])
+			ob(key, "%u", r.nmap);
+		else
+			ob(key, "by_the_host");
 		snprintf(key, sizeof(key), "%s.core_context", pfx);
 		ob(key, "%s", r.core_context == NO_INVALIDATION_ID ? "none" : "id");
 	}
@@ -779,40 +786,19 @@ static void scenario_unmapped(void)
 
 static void scenario_other_process(void)
 {
-	int pipefd[2], status;
-	uintptr_t child_va = 0;
+	uintptr_t child_va;
 	pid_t pid;
 
 	if (!begin("not_gpu.other_process", "GPU_memory_of_another_process_(its_VA_means_nothing_here)"))
 		return;
-	if (pipe(pipefd))
-		die("pipe", errno);
-	pid = fork();
+	pid = gpu_alloc_in_child(GPU_PAGE, &child_va);
 	if (pid < 0)
-		die("fork", errno);
-	if (pid == 0) {
-		int fd = gpu_open();
-		__u64 h;
-		void *p = fd >= 0 ? gpu_alloc(fd, GPU_PAGE, &h) : NULL;
-		uintptr_t v = (uintptr_t)p;
-
-		if (write(pipefd[1], &v, sizeof(v)) != sizeof(v))
-			_exit(1);
-		/*
-		 * Keep the memory until the parent kills us. Not a read of the pipe: that could take
-		 * back the bytes just written before the parent reads them.
-		 */
-		for (;;)
-			pause();
-	}
-	if (read(pipefd[0], &child_va, sizeof(child_va)) != sizeof(child_va) || !child_va)
+		die("fork", pid);
+	if (!child_va)
 		die("the child's allocation", EIO);
 	reg("reg", (void *)child_va, GPU_PAGE, PMH_REG_WRITE, NULL);
 	reg("reg_nc", (void *)child_va, GPU_PAGE, PMH_REG_WRITE | PMH_REG_NO_INVALIDATE, NULL);
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	close(pipefd[0]);
-	close(pipefd[1]);
+	gpu_child_end(pid);
 	end();
 }
 

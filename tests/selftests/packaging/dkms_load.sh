@@ -28,11 +28,9 @@ rmmod peer_mem_host
 mark="peermem-selftest: dkms_load $$"
 kmsg_mark "$mark"
 check "no peer-memory host: insmod refused" sh -c "! insmod '$DKMS_KO' 2>/dev/null && ! grep -q '^peermem_rs ' /proc/modules"
-"$EXPLAIN" > /tmp/explain.out
-rc=$?
-sed 's/^/# /' /tmp/explain.out
+run_explain
 check "peermem-rs-explain: exit 1, no peer-memory host (and nothing about the NVIDIA driver)" sh -c "
-	[ $rc = 1 ] && grep -q '^- \[no-peer-memory-host\] .*Unknown symbol ib_register_peer_memory_client' /tmp/explain.out &&
+	[ $explain_rc = 1 ] && grep -q '^- \[no-peer-memory-host\] .*Unknown symbol ib_register_peer_memory_client' /tmp/explain.out &&
 	! grep -Eq 'no-nvidia-driver|proprietary-driver' /tmp/explain.out"
 check "the kernel log names the missing symbol" kmsg_since "$mark" "peermem_rs: Unknown symbol ib_register_peer_memory_client"
 

@@ -46,3 +46,11 @@ kmsg_mark() {
 kmsg_since() {
 	dmesg | sed -n "/$1/,\$p" | grep -q -- "$2"
 }
+
+# run_explain: runs peermem-rs-explain into /tmp/explain.out, shows it as KTAP comments, and leaves
+# its exit status in $explain_rc.
+run_explain() {
+	"$EXPLAIN" > /tmp/explain.out
+	explain_rc=$?
+	sed 's/^/# /' /tmp/explain.out
+}

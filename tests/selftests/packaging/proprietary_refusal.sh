@@ -25,11 +25,9 @@ check "insmod peermem_rs.ko refused" sh -c "! insmod '$DKMS_KO' 2>/dev/null && !
 dmesg | sed -n "/$mark/,\$p" | grep peermem_rs | sed 's/^/# kernel: /'
 check "the kernel says why: symbols from proprietary module nvidia" kmsg_since "$mark" "peermem_rs: .*from proprietary module nvidia"
 
-"$EXPLAIN" > /tmp/explain.out
-rc=$?
-sed 's/^/# /' /tmp/explain.out
+run_explain
 check "peermem-rs-explain: the proprietary driver, from the taint of the module exporting nvidia_p2p_*" sh -c "
-	[ $rc = 1 ] && grep -q '^- \[proprietary-driver\] .*module nvidia has taint flag P' /tmp/explain.out &&
+	[ $explain_rc = 1 ] && grep -q '^- \[proprietary-driver\] .*module nvidia has taint flag P' /tmp/explain.out &&
 	! grep -Eq 'no-peer-memory-host|no-nvidia-driver' /tmp/explain.out"
 check "peermem-rs-explain: says what to do instead (open modules, or nvidia-peermem on P100/V100)" sh -c "
 	grep -q 'open kernel modules' /tmp/explain.out && grep -q 'modprobe nvidia-peermem' /tmp/explain.out"

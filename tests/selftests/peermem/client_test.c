@@ -255,33 +255,18 @@ TEST_F(gpu, not_gpu_memory_is_refused_and_explained)
 TEST_F(gpu, memory_of_another_process_is_refused)
 {
 	long long before = peermem_stat("error_not_gpu_memory");
-	int pipefd[2], status;
-	uintptr_t child_va = 0;
+	uintptr_t child_va;
 	pid_t pid;
 
-	ASSERT_EQ(0, pipe(pipefd));
-	pid = fork();
-	ASSERT_LE(0, pid);
-	if (pid == 0) {
-		int fd = gpu_open();
-		__u64 h;
-		void *p = fd >= 0 ? gpu_alloc(fd, GPU_PAGE, &h) : NULL;
-		uintptr_t v = (uintptr_t)p;
-
-		if (write(pipefd[1], &v, sizeof(v)) != sizeof(v))
-			_exit(1);
-		pause();
-		_exit(0);
-	}
-	ASSERT_EQ(sizeof(child_va), read(pipefd[0], &child_va, sizeof(child_va)));
+	pid = gpu_alloc_in_child(GPU_PAGE, &child_va);
+	ASSERT_LT(0, pid);
+	if (!child_va)
+		gpu_child_end(pid);
 	ASSERT_NE(0, child_va);
 	/* The child's VA means nothing here: not mapped, and not this process's GPU memory. */
 	EXPECT_EQ(-EFAULT, pmh_reg(self->pmh, (void *)child_va, GPU_PAGE, PMH_REG_WRITE, NULL));
 	EXPECT_EQ(before + clients_asked(PMH_REG_WRITE), peermem_stat("error_not_gpu_memory"));
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	close(pipefd[0]);
-	close(pipefd[1]);
+	gpu_child_end(pid);
 }
 
 /* A range that wraps the address space is refused by somebody, never crashes anyone. */
