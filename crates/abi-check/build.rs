@@ -124,7 +124,9 @@ fn main() {
     }
     writeln!(
         rust,
-        "pub const HEADER_SETS: &[(&str, &[(&str, usize)], fn() -> Vec<(String, usize)>)] = &["
+        "/// A header set: its name, the layouts bindgen gave Rust, and the C compiler's layouts.\n\
+         pub type HeaderSet = (&'static str, &'static [(&'static str, usize)], fn() -> Vec<(String, usize)>);\n\
+         pub const HEADER_SETS: &[HeaderSet] = &["
     )
     .unwrap();
     for name in &found {

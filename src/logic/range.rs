@@ -30,6 +30,8 @@ pub enum RangeError {
 ///
 /// `start` and `len` are multiples of [`GPU_PAGE_SIZE`], `len > 0`, `start + len` does not
 /// overflow and `len / GPU_PAGE_SIZE` fits in a `u32`.
+// `len > 0` by the invariant: an `is_empty` would always say false.
+#[allow(clippy::len_without_is_empty)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpuRange {
     start: u64,
