@@ -9,11 +9,13 @@
 Steps: the build root and test kernel (cached), the modules and the kselftests (built in the build
 root), `cargo test --workspace` and the host-side test scripts, the packaging tests (configure, dkms,
 make install: tests/packaging/host_tests.sh, which also put the DKMS-installed module into the payload),
-then one VM boot per topology variant, each running its kselftests. The output is KTAP; the last line is `N passed, N failed, N skipped` and the exit status is
-non-zero on any failure, including a kernel splat anywhere in a boot's log.
+then one VM boot per topology variant, each running its kselftests (two boots at a time). The output
+is KTAP; the last line is `N passed, N failed, N skipped` and the exit status is non-zero on any
+failure, including a kernel splat anywhere in a boot's log.
 """
 
 import argparse
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -52,23 +54,29 @@ def new_run_dir():
 
 # Each VM boot costs a kernel boot under KASAN and lockdep, so tests share boots: a boot per topology
 # variant, running every collection that asks for that variant. A collection names its variants in a
-# `variants` file next to its Makefile (one per line); without one it runs in "switch" only.
+# `variants` file next to its Makefile, one per line; without one it runs in "switch" only. A line
+# `variant: test ...` runs only those tests there: the ones that topology can tell anything new.
 VARIANT_ORDER = ["switch", "switch-iommu", "split"]
 
 
 def boots():
-    """[(variant, [collection, ...])] in VARIANT_ORDER."""
+    """[(variant, [(collection, [test, ...] or None for all), ...])] in VARIANT_ORDER."""
     plan = {v: [] for v in VARIANT_ORDER}
     for d in sorted(p for p in SELFTESTS.iterdir() if (p / "Makefile").exists()):
         f = d / "variants"
-        variants = f.read_text().split() if f.exists() else ["switch"]
-        for v in variants:
+        lines = f.read_text().splitlines() if f.exists() else ["switch"]
+        for line in lines:
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            v, _, subset = line.partition(":")
+            v = v.strip()
             if v not in plan:
                 raise SystemExit(f"{f}: unknown variant {v} (known: {', '.join(VARIANT_ORDER)})")
-            plan[v].append(d.name)
+            plan[v].append((d.name, subset.split() or None))
     # A collection with a `runs-last` file goes after the others of its boot (it taints the kernel).
     for collections in plan.values():
-        collections.sort(key=lambda c: (SELFTESTS / c / "runs-last").exists())
+        collections.sort(key=lambda c: (SELFTESTS / c[0] / "runs-last").exists())
     return [(v, c) for v, c in plan.items() if c]
 
 
@@ -185,15 +193,27 @@ fi
 """
 
 
-def vm_group(variant, collections, ksrc, accel, accel_reason, only, timeout):
+def vm_plan(variant, collections, ksrc, only):
+    """The guest's script for a boot of `variant`, or None when none of its tests is wanted."""
     plan = PLAN_PROLOGUE + f"export PEERMEM_VARIANT={variant}\n"
-    for collection in collections:
-        tests = [t for t in collection_tests(collection, ksrc) if not only or t in only]
+    runs = False
+    for collection, subset in collections:
+        all_tests = collection_tests(collection, ksrc)
+        unknown = set(subset or ()) - set(all_tests)
+        if unknown:
+            raise SystemExit(f"{SELFTESTS / collection / 'variants'}: no test {', '.join(sorted(unknown))} "
+                             f"in {collection} (it has {', '.join(all_tests)})")
+        tests = [t for t in all_tests if (not only or t in only) and (subset is None or t in subset)]
         if tests:
             plan += f"sh /payload/ksft-run.sh /payload/selftests/{collection} {' '.join(tests)}\n"
-    plan += PLAN_EPILOGUE
+            runs = True
+    return plan + PLAN_EPILOGUE if runs else None
+
+
+def vm_group(variant, plan, accel, accel_reason, timeout):
     log(f"VM boot: variant {variant} ({accel})")
     res = vm.boot(variant, plan, PAYLOAD, RUN / "results" / variant, accel, timeout)
+    log(f"VM boot: variant {variant} done in {res.seconds:.0f} s")
     header = [f"vm {variant}: {accel} ({accel_reason}); userspace after {res.userspace_s} s, "
               f"whole boot {res.seconds:.1f} s; logs in {res.results}"]
     output = (res.results / "output").read_text(errors="replace") if (res.results / "output").exists() else ""
@@ -258,10 +278,12 @@ def main():
         accel, reason = vm.choose_accel(kdir)
         log(f"accelerator: {accel} ({reason})")
         wanted = a.variants.split(",") if a.variants else None
-        for variant, collections in boots():
-            if wanted and variant not in wanted:
-                continue
-            groups.append(vm_group(variant, collections, ksrc, accel, reason, only, a.timeout))
+        plans = [(v, vm_plan(v, c, ksrc, only)) for v, c in boots() if not wanted or v in wanted]
+        plans = [(v, p) for v, p in plans if p]
+        # The boots run side by side, as many as the machine has VM slots; reported in order.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=vm.VM_SLOTS) as pool:
+            futures = [pool.submit(vm_group, v, p, accel, reason, a.timeout) for v, p in plans]
+            groups += [f.result() for f in futures]
     _, failed, _ = ktap.report(groups, sys.stdout)
     log(f"whole run: {time.monotonic() - start:.0f} s")
     return 1 if failed or not groups else 0
