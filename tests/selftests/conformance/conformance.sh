@@ -8,7 +8,7 @@
 #
 #   conformance.sh              the scenarios of this VM variant (PEERMEM_VARIANT: switch or split)
 #   conformance.sh --findings   only the scenarios that make nvidia-peermem splat (never in make
-#                               check: tests/selftests/conformance/findings.sh boots a VM for them)
+#                               check: tests/selftests/conformance/findings.py boots a VM for them)
 #
 # Prints KTAP, one result per scenario. The report (Markdown) and both observation logs go to
 # /results when it exists (the VM runner brings them back to the host), else to $TMPDIR.
