@@ -98,17 +98,17 @@ impl RegCtx {
     }
 }
 
+/// Refuse `call` on `range` for `cause`: count it, explain it (rate-limited), and give the host
+/// `errno` (positive) back.
+fn refuse(link: &HostLink, call: &str, range: GpuRange, errno: i32, cause: Cause) -> Error {
+    stats::refuse(link.name(), call, Some(range), errno, cause);
+    Error::from_errno(-errno)
+}
+
 /// Refuse a call that broke the protocol.
 fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation) -> Error {
     let _ = v;
-    stats::refuse(
-        link.name(),
-        call,
-        Some(range),
-        EINVAL_NR,
-        Cause::HostProtocol,
-    );
-    EINVAL
+    refuse(link, call, range, EINVAL_NR, Cause::HostProtocol)
 }
 
 /// The free callback the probe pin of acquire registers: the pin is dropped right away, so there is
@@ -198,9 +198,8 @@ pub(crate) fn get_pages(
     core_context: u64,
 ) -> Result {
     let link = ctx.link;
-    let name = link.name();
     let range = GpuRange::covering(addr, size).map_err(|_| {
-        stats::refuse(name, "get_pages", None, EINVAL_NR, Cause::BadRange);
+        stats::refuse(link.name(), "get_pages", None, EINVAL_NR, Cause::BadRange);
         EINVAL
     })?;
     let plan = ctx.inner.lock().state.begin_get_pages(range, core_context);
@@ -243,14 +242,13 @@ pub(crate) fn get_pages(
             if header.check(range.pages()).is_err() {
                 drop(g);
                 put_pages(ctx, core::ptr::null());
-                stats::refuse(
-                    name,
+                return Err(refuse(
+                    link,
                     "get_pages",
-                    Some(range),
+                    range,
                     EINVAL_NR,
                     Cause::UnknownLayout,
-                );
-                return Err(EINVAL);
+                ));
             }
             Ok(())
         }
@@ -265,25 +263,23 @@ pub(crate) fn get_pages(
                 drop_driver_ref(ctx);
             }
             let errno = result.err().map(|e| -e.to_errno()).unwrap_or(EINVAL_NR);
-            stats::refuse(
-                name,
+            Err(refuse(
+                link,
                 "get_pages",
-                Some(range),
+                range,
                 errno,
                 Cause::of_pin_errno(errno),
-            );
-            Err(Error::from_errno(-errno))
+            ))
         }
         _ => {
             drop(g);
-            stats::refuse(
-                name,
+            Err(refuse(
+                link,
                 "get_pages",
-                Some(range),
+                range,
                 EFAULT,
                 Cause::FreedWhileRegistering,
-            );
-            Err(Error::from_errno(-EFAULT))
+            ))
         }
     }
 }
@@ -298,11 +294,15 @@ pub(crate) fn dma_map(
     peer: Option<PeerDevice>,
 ) -> Result<u32> {
     let link = ctx.link;
-    let name = link.name();
     let range = ctx.range();
     let Some(peer) = peer else {
-        stats::refuse(name, "dma_map", Some(range), EINVAL_NR, Cause::NotPciDevice);
-        return Err(EINVAL);
+        return Err(refuse(
+            link,
+            "dma_map",
+            range,
+            EINVAL_NR,
+            Cause::NotPciDevice,
+        ));
     };
     if host_sg.is_null() {
         return Err(violation(link, "dma_map", range, Violation::OutOfOrder));
@@ -315,14 +315,13 @@ pub(crate) fn dma_map(
             .map_err(|v| violation(link, "dma_map", range, v))?;
         if !go {
             drop(g);
-            stats::refuse(
-                name,
+            return Err(refuse(
+                link,
                 "dma_map",
-                Some(range),
+                range,
                 EFAULT,
                 Cause::FreedWhileRegistering,
-            );
-            return Err(Error::from_errno(-EFAULT));
+            ));
         }
         g.table
     };
@@ -340,25 +339,23 @@ pub(crate) fn dma_map(
         (MapOutcome::Failed, result, _) => {
             drop(g);
             let errno = result.err().map(|e| -e.to_errno()).unwrap_or(EINVAL_NR);
-            stats::refuse(
-                name,
+            return Err(refuse(
+                link,
                 "dma_map",
-                Some(range),
+                range,
                 errno,
                 Cause::of_map_errno(errno),
-            );
-            return Err(Error::from_errno(-errno));
+            ));
         }
         _ => {
             drop(g);
-            stats::refuse(
-                name,
+            return Err(refuse(
+                link,
                 "dma_map",
-                Some(range),
+                range,
                 EFAULT,
                 Cause::FreedWhileRegistering,
-            );
-            return Err(Error::from_errno(-EFAULT));
+            ));
         }
     };
     let pages = range.pages();
@@ -389,8 +386,7 @@ pub(crate) fn dma_map(
                 nvidia::dma_unmap_pages(peer, table, mapping);
                 let _ = ctx.inner.lock().state.finish_dma_unmap();
             }
-            stats::refuse(name, "dma_map", Some(range), -err.to_errno(), cause);
-            Err(err)
+            Err(refuse(link, "dma_map", range, -err.to_errno(), cause))
         }
     }
 }
