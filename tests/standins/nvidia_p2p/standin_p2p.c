@@ -31,6 +31,17 @@ static bool reentered(const char *fn)
 	return true;
 }
 
+/*
+ * What every API entry point does first: refuse a call from inside a free callback, then count the
+ * call for fault injection (which may fail it). Returns 0 or the errno to return.
+ */
+static int enter_api(const char *fn, enum standin_fn which)
+{
+	if (reentered(fn))
+		return -EBUSY;
+	return standin_inject(which);
+}
+
 /* Under standin.lock. Pins are found by the pointer value only: never dereference a client's. */
 static struct standin_pin *find_pin_locked(const struct nvidia_p2p_page_table *pt)
 {
@@ -203,9 +214,7 @@ int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual
 {
 	int ret;
 
-	if (reentered(__func__))
-		return -EBUSY;
-	ret = standin_inject(FN_GET_PAGES);
+	ret = enter_api(__func__, FN_GET_PAGES);
 	if (ret)
 		return ret;
 	if (!free_callback)
@@ -222,9 +231,7 @@ int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 {
 	int ret;
 
-	if (reentered(__func__))
-		return -EBUSY;
-	ret = standin_inject(FN_GET_PAGES_PERSISTENT);
+	ret = enter_api(__func__, FN_GET_PAGES_PERSISTENT);
 	if (ret)
 		return ret;
 	if (flags)
@@ -239,9 +246,7 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual
 	struct standin_pin *pin;
 	int ret;
 
-	if (reentered(__func__))
-		return -EBUSY;
-	ret = standin_inject(FN_PUT_PAGES);
+	ret = enter_api(__func__, FN_PUT_PAGES);
 	if (ret)
 		return ret;
 	if (!page_table)
@@ -274,9 +279,7 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 	struct standin_pin *pin;
 	int ret;
 
-	if (reentered(__func__))
-		return -EBUSY;
-	ret = standin_inject(FN_PUT_PAGES_PERSISTENT);
+	ret = enter_api(__func__, FN_PUT_PAGES_PERSISTENT);
 	if (ret)
 		return ret;
 	if (flags)
@@ -400,9 +403,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table 
 	u32 i;
 	int ret;
 
-	if (reentered(__func__))
-		return -EBUSY;
-	ret = standin_inject(FN_DMA_MAP_PAGES);
+	ret = enter_api(__func__, FN_DMA_MAP_PAGES);
 	if (ret)
 		return ret;
 	if (!peer || !page_table || !dma_mapping)
@@ -485,9 +486,7 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_tabl
 	struct standin_map *map = NULL;
 	int ret;
 
-	if (reentered(__func__))
-		return -EBUSY;
-	ret = standin_inject(FN_DMA_UNMAP_PAGES);
+	ret = enter_api(__func__, FN_DMA_UNMAP_PAGES);
 	if (ret)
 		return ret;
 	if (!peer || !page_table || !dma_mapping)
