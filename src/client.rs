@@ -2,32 +2,43 @@
 
 //! What peermem-rs does for each peer-memory callback, in safe Rust.
 //!
-//! One [`RegCtx`] per registration, reference counted: the host holds one reference from acquire to
-//! release, the NVIDIA driver holds one while it may call our free callback, and a free callback in
-//! progress keeps the registration (and the module) alive even if release races with it. Each step
-//! asks the registration state machine (`logic::registration`) what to do, under the registration's
-//! lock, and calls the driver with the lock dropped; see that module for why.
+//! One [`RegCtx`] per registration, reference counted. C code holds references as
+//! [`ForeignRef`]s: the host one from acquire to release (its `client_context`), the NVIDIA driver
+//! one while it may call our free callback (its `data`); our work item holds one while it is
+//! queued or running. Every decision — which driver or host call to make, from which task, and
+//! when a reference goes — is the registration state machine's (`logic::registration`, whose
+//! documentation gives the rules and the reasons, and which `crates/protocol-model` checks against
+//! a model of the real providers). This file only carries the steps out: it asks the state machine
+//! for the next step under the registration lock, makes the call with the lock dropped, and
+//! reports the result under the lock again.
+//!
+//! # The registration lock
+//!
+//! `RegCtx::inner` is a spinlock: it protects the state machine and the driver handles next to it,
+//! and is held only to read or update them (no call into the driver, the host or the allocator is
+//! made under it; the SG entries are copied into the host's table under it, a plain store). It is
+//! the innermost lock: it nests inside the NVIDIA driver's RM API lock (held by the teardown while
+//! it runs our free callback) and the host's per-MR mapping lock (held around our get_pages,
+//! dma_map and a legacy host's dma_unmap/put_pages), and nothing is taken inside it.
 
 use core::ffi::c_void;
+use core::ptr::NonNull;
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::{Arc, ArcBorrow, Mutex};
+use kernel::sync::{Arc, ArcBorrow, SpinLock};
+use kernel::types::ForeignOwnable;
+use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
-use crate::logic::cause::{Cause, EFAULT, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
+use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    CallbackPlan, Flavour, MapOutcome, PinOutcome, PinPlan, Registration, ReleaseCall, Violation,
+    Actor, Commit, HostCall, Op, Refusal, Registration, Step, Tgid, Violation,
 };
-use crate::nvidia::{self, DmaMapping, PageTable, PeerDevice};
+use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
 use crate::sg::SgEntries;
-use crate::stats;
-
-/// This module's descriptor.
-fn this_module() -> *mut bindings::module {
-    <crate::LocalModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr()
-}
+use crate::{module, stats};
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a
 /// count of live registrations.
@@ -35,8 +46,9 @@ struct ModuleRef;
 
 impl ModuleRef {
     fn get() -> Option<Self> {
-        // SAFETY: `this_module()` is this module's descriptor; taking a reference is always allowed.
-        if unsafe { bindings::try_module_get(this_module()) } {
+        // SAFETY: `this_module()` is this module's descriptor; taking a reference is always
+        // allowed, and refused (false) once the module is going away.
+        if unsafe { bindings::try_module_get(module::this_module()) } {
             stats::registration_created();
             Some(ModuleRef)
         } else {
@@ -48,21 +60,26 @@ impl ModuleRef {
 impl Drop for ModuleRef {
     fn drop(&mut self) {
         stats::registration_dropped();
-        // SAFETY: drops the reference taken in `get`.
-        unsafe { bindings::module_put(this_module()) };
+        // SAFETY: drops the reference taken in `get`. When it is the last one, the code running
+        // now is a host callback (the host's unregistration waits for it to return) or our work
+        // item (module exit destroys the queue, waiting for it): never a driver callback.
+        unsafe { bindings::module_put(module::this_module()) };
     }
 }
 
-/// The driver structures a registration holds, valid only as the state machine says.
+/// What the registration holds of the driver's, next to its state.
 struct Inner {
     state: Registration,
-    /// The persistent pin acquire kept (cheaper registration).
-    probe: Option<PageTable>,
-    /// The pin get_pages took (or reused).
-    table: Option<PageTable>,
-    /// The DMA mapping dma_map made, and the device it is for.
+    /// P: the persistent pin (acquire's), until `UnpinP`.
+    p: Option<PersistentPin>,
+    /// P's DMA mapping and the device it was made for.
     mapping: Option<(PeerDevice, DmaMapping)>,
-    /// The SG entries handed to the host; freed at release.
+    /// N (invalidating flavour): the key of the non-persistent pin whose callback tells us the
+    /// memory is going away.
+    n: Option<PinKey>,
+    /// The reference the driver holds as N's callback data.
+    driver_ref: Option<ForeignRef>,
+    /// SG entries: allocated and filled by dma_map, then the host's until release.
     sg: Option<SgEntries>,
 }
 
@@ -71,217 +88,359 @@ struct Inner {
 pub(crate) struct RegCtx {
     link: &'static HostLink,
     #[pin]
-    inner: Mutex<Inner>,
+    inner: SpinLock<Inner>,
+    #[pin]
+    work: Work<RegCtx>,
     _module: ModuleRef,
 }
 
-impl RegCtx {
-    fn new(
-        link: &'static HostLink,
-        state: Registration,
-        probe: Option<PageTable>,
-    ) -> Result<Arc<Self>> {
-        let module = ModuleRef::get().ok_or(ENODEV)?;
-        let ctx = Arc::pin_init(
-            pin_init!(RegCtx {
-                link,
-                inner <- kernel::new_mutex!(Inner { state, probe, table: None, mapping: None, sg: None }),
-                _module: module,
-            }),
-            GFP_KERNEL,
-        )?;
-        Ok(ctx)
+impl_has_work! {
+    impl HasWork<Self> for RegCtx { self.work }
+}
+
+/// A reference to a registration held by C code: `Arc::into_foreign`'s pointer.
+///
+/// # Invariants
+///
+/// Made by [`ForeignRef::give`] from an `Arc<RegCtx>` whose count it holds, until
+/// [`ForeignRef::take_back`].
+#[derive(Clone, Copy)]
+pub(crate) struct ForeignRef(NonNull<c_void>);
+
+// SAFETY: a counted reference to a `RegCtx`, which is `Send + Sync`.
+unsafe impl Send for ForeignRef {}
+
+impl ForeignRef {
+    /// Hands a reference to C code.
+    pub(crate) fn give(ctx: Arc<RegCtx>) -> Self {
+        // INVARIANT: `into_foreign` keeps the count and never returns null.
+        Self(NonNull::new(ctx.into_foreign()).expect("into_foreign gives a valid pointer"))
     }
 
+    pub(crate) fn as_ptr(self) -> *mut c_void {
+        self.0.as_ptr()
+    }
+
+    /// The reference behind a pointer C code hands back; `None` for null.
+    ///
+    /// # Safety
+    ///
+    /// A non-null `ptr` must come from [`ForeignRef::give`] and not have been taken back.
+    pub(crate) unsafe fn from_ptr(ptr: *mut c_void) -> Option<Self> {
+        // INVARIANT: the caller's contract.
+        NonNull::new(ptr).map(Self)
+    }
+
+    /// Borrows the registration.
+    ///
+    /// # Safety
+    ///
+    /// Not taken back yet, and the registration stays alive while the borrow lives (the reference
+    /// is not taken back meanwhile, or another one keeps it alive).
+    pub(crate) unsafe fn borrow<'a>(self) -> ArcBorrow<'a, RegCtx> {
+        // SAFETY: by the type invariant and the caller's contract the pointer holds a count
+        // for the whole borrow.
+        unsafe { <Arc<RegCtx> as ForeignOwnable>::borrow(self.0.as_ptr()) }
+    }
+
+    /// Takes the reference back.
+    ///
+    /// # Safety
+    ///
+    /// Not taken back before; no copy of this value is used afterwards.
+    pub(crate) unsafe fn take_back(self) -> Arc<RegCtx> {
+        // SAFETY: by the type invariant the pointer holds one count, which moves to the `Arc`.
+        unsafe { <Arc<RegCtx> as ForeignOwnable>::from_foreign(self.0.as_ptr()) }
+    }
+}
+
+/// What a host call brings along.
+struct HostArgs {
+    /// The host's SG table (dma_map).
+    sg: *mut bindings::sg_table,
+    /// The NIC (dma_map), moved into the mapping when it is made.
+    peer: Option<PeerDevice>,
+}
+
+impl HostArgs {
+    fn none() -> Self {
+        Self {
+            sg: core::ptr::null_mut(),
+            peer: None,
+        }
+    }
+}
+
+/// The calling task's process, as the NVIDIA driver tells processes apart.
+fn current_tgid() -> Tgid {
+    kernel::current!().tgid()
+}
+
+/// The workqueue the work items of registrations run on; module exit destroys it, waiting for a
+/// running item (the one that may drop the last reference, and the module's with it).
+fn queue() -> &'static workqueue::Queue {
+    module::work_queue()
+}
+
+impl RegCtx {
     fn range(&self) -> GpuRange {
         self.inner.lock().state.range()
+    }
+
+    /// Runs `actor` until it is done, carrying out each step of the state machine.
+    fn drive(self: ArcBorrow<'_, Self>, actor: Actor, args: &mut HostArgs) -> Result<(), Refusal> {
+        let range = self.range();
+        loop {
+            let step = self.inner.lock().state.next(actor);
+            match step {
+                Step::Call(op) => {
+                    let result = self.call(op, args);
+                    let mut g = self.inner.lock();
+                    if g.state.done(actor, op, result) == Commit::PublishSg {
+                        if let Some(sg) = &g.sg {
+                            // SAFETY: `args.sg` is the host's table passed to this dma_map
+                            // (checked non-null before the registration started it).
+                            unsafe { sg.publish(args.sg) };
+                        }
+                    }
+                }
+                Step::DropDriverRef => {
+                    let r = self.inner.lock().driver_ref.take();
+                    if let Some(r) = r {
+                        // SAFETY: the driver holds no copy any more (the state machine says it
+                        // will not call back); the caller holds another reference, so this is
+                        // not the last.
+                        drop(unsafe { r.take_back() });
+                    }
+                }
+                Step::HandDriverRefToWork => {
+                    let r = self.inner.lock().driver_ref.take();
+                    if let Some(r) = r {
+                        // SAFETY: the driver's callback is running and is the last use of its
+                        // reference.
+                        let ctx = unsafe { r.take_back() };
+                        // Already queued: that item holds a reference, so this is not the last.
+                        let _ = queue().enqueue(ctx);
+                    }
+                    // The callback returns now, without touching the registration again.
+                    return Ok(());
+                }
+                Step::QueueWork => {
+                    let _ = queue().enqueue(Arc::from(self));
+                }
+                Step::Note(event) => stats::event(self.link.name(), range, actor, event),
+                Step::Return(result) => return result,
+            }
+        }
+    }
+
+    /// Makes the call `op` with the registration lock dropped, and stores what it gave back.
+    fn call(self: ArcBorrow<'_, Self>, op: Op, args: &mut HostArgs) -> Result<(), i32> {
+        let range = self.range();
+        let errno = |e: Error| -e.to_errno();
+        match op {
+            Op::PinN => {
+                let data = ForeignRef::give(Arc::from(self));
+                self.inner.lock().driver_ref = Some(data);
+                // SAFETY: `data` is a reference to this registration, which the driver holds until
+                // the state machine takes it back: after a failed pin (the driver keeps no
+                // callback then), after put_pages from the pinning process returned 0 with no
+                // callback having started, or in the callback itself.
+                let key = unsafe { nvidia::get_pages(range, free_callback, data.as_ptr()) };
+                let key = key.map_err(errno)?;
+                self.inner.lock().n = Some(key);
+                Ok(())
+            }
+            Op::UnpinN | Op::DriverBarrier => {
+                let key = self.inner.lock().n;
+                match key {
+                    Some(key) => nvidia::put_pages(range, key).map_err(errno),
+                    None => Ok(()),
+                }
+            }
+            Op::AllocSg => {
+                let sg = SgEntries::alloc(range.pages()).map_err(errno)?;
+                self.inner.lock().sg = Some(sg);
+                Ok(())
+            }
+            Op::MapP => {
+                let Some(peer) = args.peer.take() else {
+                    return Err(EINVAL_NR);
+                };
+                // P is reserved for this dma_map by the state machine: nobody takes it meanwhile.
+                let p = self.inner.lock().p.take();
+                let Some(p) = p else {
+                    return Err(EINVAL_NR);
+                };
+                let mapped = p.dma_map(&peer);
+                let mut g = self.inner.lock();
+                g.p = Some(p);
+                let mapping = mapped.map_err(errno)?;
+                g.mapping = Some((peer, mapping));
+                Ok(())
+            }
+            Op::FillSg => {
+                let (sg, mapping) = {
+                    let mut g = self.inner.lock();
+                    (g.sg.take(), g.mapping.take())
+                };
+                let filled = match (&sg, &mapping) {
+                    (Some(_), Some((_, m))) => m.header().check(range.pages()).is_ok(),
+                    _ => false,
+                };
+                let mut sg = sg;
+                let result = match (&mut sg, &mapping, filled) {
+                    (Some(sg), Some((_, m)), true) => sg
+                        .fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
+                        .map_err(errno),
+                    _ => Err(EINVAL_NR),
+                };
+                let mut g = self.inner.lock();
+                g.sg = sg;
+                g.mapping = mapping;
+                result
+            }
+            Op::UnmapP => {
+                let (p, mapping) = {
+                    let mut g = self.inner.lock();
+                    (g.p.take(), g.mapping.take())
+                };
+                if let (Some(p), Some((peer, m))) = (&p, mapping) {
+                    p.dma_unmap(&peer, m);
+                }
+                self.inner.lock().p = p;
+                Ok(())
+            }
+            Op::UnpinP => {
+                let p = self.inner.lock().p.take();
+                match p {
+                    Some(p) => p.put(range).map_err(errno),
+                    None => Ok(()),
+                }
+            }
+            Op::Invalidate { core_context } => {
+                self.link.invalidate(core_context);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl WorkItem for RegCtx {
+    type Pointer = Arc<RegCtx>;
+
+    fn run(this: Arc<RegCtx>) {
+        this.inner.lock().state.begin_work();
+        let _ = this
+            .as_arc_borrow()
+            .drive(Actor::Work, &mut HostArgs::none());
+        // `this` goes here, perhaps the last reference and the module's with it: the workqueue
+        // core runs next, and module exit's destroy_workqueue waits for this function to return.
     }
 }
 
 /// Refuse `call` on `range` for `cause`: count it, explain it (rate-limited), and give the host
-/// `errno` (positive) back.
-fn refuse(link: &HostLink, call: &str, range: GpuRange, errno: i32, cause: Cause) -> Error {
-    stats::refuse(link.name(), call, Some(range), errno, cause);
+/// the errno back.
+fn refuse(link: &HostLink, call: &str, range: Option<GpuRange>, errno: i32, cause: Cause) -> Error {
+    stats::refuse(link.name(), call, range, errno, cause);
     Error::from_errno(-errno)
 }
 
-/// Refuse a call that broke the protocol.
-fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation) -> Error {
-    let _ = v;
-    refuse(link, call, range, EINVAL_NR, Cause::HostProtocol)
+fn refused(link: &HostLink, call: &str, range: GpuRange, r: Refusal) -> Error {
+    refuse(link, call, Some(range), r.errno, r.cause)
 }
 
-/// The free callback the probe pin of acquire registers: the pin is dropped right away, so there is
-/// nothing to invalidate; the driver frees the table itself.
-///
-/// # Safety
-///
-/// None: `_data` is never used, so the driver may pass anything.
-unsafe extern "C" fn probe_free_callback(_data: *mut c_void) {}
+fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation) -> Error {
+    stats::violation(link.name(), call, range, v);
+    EINVAL
+}
 
-/// acquire: is `[addr, addr + size)` GPU memory of the calling process? `None` means "not mine".
+/// acquire: is `[addr, addr + size)` GPU memory of the calling process? It pins it persistently to
+/// find out, and keeps that pin as the registration's. `None` means "not mine".
 pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<RegCtx>> {
-    let name = link.name();
     let Ok(range) = GpuRange::covering(addr, size) else {
-        stats::refuse(name, "acquire", None, EINVAL_NR, Cause::BadRange);
+        refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange);
         return None;
     };
-    let refuse = |errno: i32, cause: Cause| {
-        stats::refuse(name, "acquire", Some(range), errno, cause);
+    let no = |errno, cause| {
+        refuse(link, "acquire", Some(range), errno, cause);
         None
     };
-    let pin_refused = |e: Error| refuse(-e.to_errno(), Cause::of_pin_errno(-e.to_errno()));
-    let flavour = link.flavour();
-    let probe = match flavour {
-        Flavour::Persistent => {
-            let table = match nvidia::get_pages_persistent(range) {
-                Ok(table) => table,
-                Err(e) => return pin_refused(e),
-            };
-            // SAFETY: a persistent pin we just took: the driver never tears those down.
-            if unsafe { table.header() }.check(range.pages()).is_err() {
-                let _ = nvidia::put_pages_persistent(range, table);
-                return refuse(EINVAL_NR, Cause::UnknownLayout);
-            }
-            // Kept, and handed to get_pages when it asks for the same range.
-            Some(table)
-        }
-        Flavour::Invalidating => {
-            // Probe by pinning and unpinning, as nvidia-peermem does. The probe callback ignores its
-            // data, so nothing of ours can be touched if the memory goes away meanwhile.
-            // SAFETY: `probe_free_callback` never uses its data.
-            match unsafe { nvidia::get_pages(range, probe_free_callback, core::ptr::null_mut()) } {
-                Ok(table) => {
-                    let _ = nvidia::put_pages(range, table);
-                    None
-                }
-                Err(e) => return pin_refused(e),
-            }
-        }
-    };
-    let keep_probe = probe.is_some();
-    match RegCtx::new(
-        link,
-        Registration::acquired(flavour, range, keep_probe),
-        probe,
-    ) {
-        Ok(ctx) => {
-            if keep_probe {
-                stats::pinned(range.len());
-            }
-            stats::acquired();
-            Some(ctx)
-        }
-        Err(_) => {
-            if let Some(table) = probe {
-                let _ = nvidia::put_pages_persistent(range, table);
-            }
-            refuse(ENOMEM_NR, Cause::OutOfMemory)
-        }
+    if !link.ready() {
+        return no(EINVAL_NR, Cause::NotReady);
     }
+    let Some(module) = ModuleRef::get() else {
+        return no(EINVAL_NR, Cause::Unloading);
+    };
+    let p = match PersistentPin::get(range) {
+        Ok(p) => p,
+        Err(e) => return no(-e.to_errno(), Cause::of_pin_errno(-e.to_errno())),
+    };
+    if p.header().check(range.pages()).is_err() {
+        let _ = p.put(range);
+        return no(EINVAL_NR, Cause::UnknownLayout);
+    }
+    let state = Registration::acquired(link.flavour(), range, current_tgid());
+    let ctx = Arc::pin_init(
+        pin_init!(RegCtx {
+            link,
+            inner <- kernel::new_spinlock!(Inner {
+                state,
+                p: None,
+                mapping: None,
+                n: None,
+                driver_ref: None,
+                sg: None,
+            }),
+            work <- new_work!("RegCtx::work"),
+            _module: module,
+        }),
+        GFP_KERNEL,
+    );
+    let Ok(ctx) = ctx else {
+        let _ = p.put(range);
+        return no(ENOMEM_NR, Cause::OutOfMemory);
+    };
+    // Nobody else knows the registration yet.
+    ctx.inner.lock().p = Some(p);
+    stats::pinned(range.len());
+    stats::acquired();
+    Some(ctx)
 }
 
-/// Drops the reference the driver held, handed over as `Arc::into_raw` when pinning.
-fn drop_driver_ref(ctx: ArcBorrow<'_, RegCtx>) {
-    let ptr: *const RegCtx = &*ctx;
-    // SAFETY: the state machine said the driver's reference is to be dropped now, exactly once; it
-    // was made by `Arc::into_raw` on an `Arc` of this very registration, whose raw pointer is the
-    // same for every `Arc` of it.
-    drop(unsafe { Arc::from_raw(ptr) });
+/// A host call: start it with the state machine, run it, explain a refusal.
+fn host_call(
+    ctx: ArcBorrow<'_, RegCtx>,
+    name: &str,
+    call: HostCall,
+    args: &mut HostArgs,
+) -> Result {
+    let link = ctx.link;
+    let range = ctx.range();
+    let begun = ctx.inner.lock().state.begin(call, current_tgid());
+    begun.map_err(|v| violation(link, name, range, v))?;
+    ctx.drive(Actor::Host, args)
+        .map_err(|r| refused(link, name, range, r))
 }
 
-/// get_pages: pin the GPU pages of the registration.
+/// get_pages: pin the GPU pages of the registration (acquire did, for P).
 pub(crate) fn get_pages(
     ctx: ArcBorrow<'_, RegCtx>,
     addr: u64,
     size: u64,
     core_context: u64,
 ) -> Result {
-    let link = ctx.link;
-    let range = GpuRange::covering(addr, size).map_err(|_| {
-        stats::refuse(link.name(), "get_pages", None, EINVAL_NR, Cause::BadRange);
-        EINVAL
-    })?;
-    let plan = ctx.inner.lock().state.begin_get_pages(range, core_context);
-    let plan = plan.map_err(|v| violation(link, "get_pages", range, v))?;
-    let drop_probe = match plan {
-        PinPlan::ReuseProbePin => {
-            let mut g = ctx.inner.lock();
-            g.table = g.probe.take();
-            return Ok(());
-        }
-        PinPlan::Pin { drop_probe_pin } => drop_probe_pin,
-    };
-    if let Some(probe_range) = drop_probe {
-        let probe = ctx.inner.lock().probe.take();
-        if let Some(table) = probe {
-            let _ = nvidia::put_pages_persistent(probe_range, table);
-            stats::unpinned(probe_range.len());
-        }
-    }
-    let result = match link.flavour() {
-        Flavour::Persistent => nvidia::get_pages_persistent(range),
-        Flavour::Invalidating => {
-            let data = Arc::into_raw(Arc::from(ctx)).cast_mut().cast::<c_void>();
-            // SAFETY: `data` is a reference to this registration handed to the driver: it stays valid
-            // until the state machine lets the callback or put_pages drop it.
-            unsafe { nvidia::get_pages(range, free_callback, data) }
-        }
-    };
-    let mut g = ctx.inner.lock();
-    let outcome = g
-        .state
-        .finish_get_pages(result.is_ok())
-        .map_err(|v| violation(link, "get_pages", range, v))?;
-    match (outcome, result) {
-        (PinOutcome::Pinned, Ok(table)) => {
-            // SAFETY: pinned and not torn down, and the lock keeps the free callback from proceeding.
-            let header = unsafe { table.header() };
-            g.table = Some(table);
-            stats::pinned(range.len());
-            if header.check(range.pages()).is_err() {
-                drop(g);
-                put_pages(ctx, core::ptr::null());
-                return Err(refuse(
-                    link,
-                    "get_pages",
-                    range,
-                    EINVAL_NR,
-                    Cause::UnknownLayout,
-                ));
-            }
-            Ok(())
-        }
-        (
-            PinOutcome::Failed {
-                drop_driver_ref: drop_ref,
-            },
-            result,
-        ) => {
-            drop(g);
-            if drop_ref {
-                drop_driver_ref(ctx);
-            }
-            let errno = result.err().map(|e| -e.to_errno()).unwrap_or(EINVAL_NR);
-            Err(refuse(
-                link,
-                "get_pages",
-                range,
-                errno,
-                Cause::of_pin_errno(errno),
-            ))
-        }
-        _ => {
-            drop(g);
-            Err(refuse(
-                link,
-                "get_pages",
-                range,
-                EFAULT,
-                Cause::FreedWhileRegistering,
-            ))
-        }
-    }
+    let range = GpuRange::covering(addr, size)
+        .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange))?;
+    host_call(
+        ctx,
+        "get_pages",
+        HostCall::GetPages {
+            range,
+            core_context,
+        },
+        &mut HostArgs::none(),
+    )
 }
 
 /// dma_map: map the pinned pages for the NIC and describe them in the host's SG table. Returns the
@@ -293,174 +452,43 @@ pub(crate) fn dma_map(
     host_sg: *mut bindings::sg_table,
     peer: Option<PeerDevice>,
 ) -> Result<u32> {
-    let link = ctx.link;
     let range = ctx.range();
-    let Some(peer) = peer else {
+    if peer.is_none() {
         return Err(refuse(
-            link,
+            ctx.link,
             "dma_map",
-            range,
+            Some(range),
             EINVAL_NR,
             Cause::NotPciDevice,
         ));
-    };
+    }
     if host_sg.is_null() {
-        return Err(violation(link, "dma_map", range, Violation::OutOfOrder));
+        return Err(violation(ctx.link, "dma_map", range, Violation::OutOfOrder));
     }
-    let table = {
-        let mut g = ctx.inner.lock();
-        let go = g
-            .state
-            .begin_dma_map()
-            .map_err(|v| violation(link, "dma_map", range, v))?;
-        if !go {
-            drop(g);
-            return Err(refuse(
-                link,
-                "dma_map",
-                range,
-                EFAULT,
-                Cause::FreedWhileRegistering,
-            ));
-        }
-        g.table
-    };
-    let result = match table {
-        Some(table) => nvidia::dma_map_pages(peer, table),
-        None => Err(EINVAL),
-    };
-    let mut g = ctx.inner.lock();
-    let outcome = g
-        .state
-        .finish_dma_map(result.is_ok())
-        .map_err(|v| violation(link, "dma_map", range, v))?;
-    let (mapping, table) = match (outcome, result, table) {
-        (MapOutcome::Mapped, Ok(mapping), Some(table)) => (mapping, table),
-        (MapOutcome::Failed, result, _) => {
-            drop(g);
-            let errno = result.err().map(|e| -e.to_errno()).unwrap_or(EINVAL_NR);
-            return Err(refuse(
-                link,
-                "dma_map",
-                range,
-                errno,
-                Cause::of_map_errno(errno),
-            ));
-        }
-        _ => {
-            drop(g);
-            return Err(refuse(
-                link,
-                "dma_map",
-                range,
-                EFAULT,
-                Cause::FreedWhileRegistering,
-            ));
-        }
-    };
-    let pages = range.pages();
-    // SAFETY: mapped and not torn down, and the lock keeps the free callback from proceeding.
-    let header = unsafe { mapping.header() };
-    let entries = match header.check(pages) {
-        Ok(()) => SgEntries::new(pages, GPU_PAGE_SIZE as u32, |i| {
-            // SAFETY: as above; still under the lock.
-            unsafe { mapping.dma_address(i) }
-        })
-        .map_err(|e| (e, Cause::OutOfMemory)),
-        Err(_) => Err((EINVAL, Cause::UnknownLayout)),
-    };
-    match entries {
-        Ok(entries) => {
-            // SAFETY: `host_sg` is the host's table passed to dma_map (non-null, checked above).
-            unsafe { entries.publish(host_sg) };
-            g.sg = Some(entries);
-            g.mapping = Some((peer, mapping));
-            stats::mapped();
-            Ok(pages)
-        }
-        Err((err, cause)) => {
-            // Undo the mapping we cannot use; the host's table is untouched.
-            let unmap = g.state.begin_dma_unmap();
-            drop(g);
-            if let Ok(ReleaseCall::Call) = unmap {
-                nvidia::dma_unmap_pages(peer, table, mapping);
-                let _ = ctx.inner.lock().state.finish_dma_unmap();
-            }
-            Err(refuse(link, "dma_map", range, -err.to_errno(), cause))
-        }
-    }
+    let mut args = HostArgs { sg: host_sg, peer };
+    host_call(ctx, "dma_map", HostCall::DmaMap, &mut args)?;
+    stats::mapped();
+    Ok(range.pages())
 }
 
-/// dma_unmap: undo dma_map (unless the driver already tore it all down).
+/// dma_unmap: undo dma_map.
 pub(crate) fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table) {
-    let link = ctx.link;
-    let mut g = ctx.inner.lock();
-    let range = g.state.range();
-    if let Some(sg) = &g.sg {
-        if !sg.published_in(host_sg) {
-            drop(g);
-            let _ = violation(link, "dma_unmap", range, Violation::OutOfOrder);
-            return;
-        }
+    let published = ctx
+        .inner
+        .lock()
+        .sg
+        .as_ref()
+        .map(|sg| sg.published_in(host_sg));
+    if published == Some(false) {
+        let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder);
+        return;
     }
-    match g.state.begin_dma_unmap() {
-        Ok(ReleaseCall::Call) => {
-            let mapping = g.mapping.take();
-            let table = g.table;
-            drop(g);
-            if let (Some((peer, mapping)), Some(table)) = (mapping, table) {
-                nvidia::dma_unmap_pages(peer, table, mapping);
-            }
-            let _ = ctx.inner.lock().state.finish_dma_unmap();
-        }
-        Ok(ReleaseCall::Skip) => g.mapping = None,
-        Err(v) => {
-            drop(g);
-            let _ = violation(link, "dma_unmap", range, v);
-        }
-    }
+    let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none());
 }
 
-/// put_pages: unpin (unless the driver already tore it down).
-pub(crate) fn put_pages(ctx: ArcBorrow<'_, RegCtx>, _host_sg: *const bindings::sg_table) {
-    let link = ctx.link;
-    let mut g = ctx.inner.lock();
-    let range = g.state.range();
-    let plan = match g.state.begin_put_pages() {
-        Ok(plan) => plan,
-        Err(v) => {
-            drop(g);
-            let _ = violation(link, "put_pages", range, v);
-            return;
-        }
-    };
-    if plan.unpin == ReleaseCall::Skip {
-        return;
-    }
-    let table = g.table.take();
-    let mapping = if plan.unmap_first {
-        g.mapping.take()
-    } else {
-        None
-    };
-    drop(g);
-    let Some(table) = table else {
-        let _ = ctx.inner.lock().state.finish_put_pages(false);
-        return;
-    };
-    if let Some((peer, mapping)) = mapping {
-        nvidia::dma_unmap_pages(peer, table, mapping);
-    }
-    let unpinned = match link.flavour() {
-        Flavour::Persistent => nvidia::put_pages_persistent(range, table),
-        Flavour::Invalidating => nvidia::put_pages(range, table),
-    }
-    .is_ok();
-    stats::unpinned(range.len());
-    let drop_ref = ctx.inner.lock().state.finish_put_pages(unpinned);
-    if let Ok(true) = drop_ref {
-        drop_driver_ref(ctx);
-    }
+/// put_pages: unpin (what the calling task may).
+pub(crate) fn put_pages(ctx: ArcBorrow<'_, RegCtx>) {
+    let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none());
 }
 
 /// get_page_size: GPU pages are 64 KiB.
@@ -468,87 +496,53 @@ pub(crate) fn page_size() -> u64 {
     GPU_PAGE_SIZE
 }
 
-/// release: the host is done with the registration; drop its reference.
+/// release: the host is done with the registration; its reference goes when this returns.
 pub(crate) fn release(ctx: Arc<RegCtx>) {
     let link = ctx.link;
-    let mut g = ctx.inner.lock();
-    let range = g.state.range();
-    let plan = match g.state.release() {
-        Ok(plan) => plan,
-        Err(v) => {
-            // A call is still in flight for this registration: dropping the host's reference could
-            // free it under that call. Keep it (a leak) and say so.
-            drop(g);
-            let _ = violation(link, "release", range, v);
-            core::mem::forget(ctx);
-            return;
-        }
-    };
-    let probe = if plan.put_probe_pin.is_some() {
-        g.probe.take()
-    } else {
-        None
-    };
-    let table = if plan.unpin { g.table.take() } else { None };
-    let mapping = if plan.unmap { g.mapping.take() } else { None };
-    let sg = g.sg.take();
-    drop(g);
-    if let (Some(probe), Some(probe_range)) = (probe, plan.put_probe_pin) {
-        let _ = nvidia::put_pages_persistent(probe_range, probe);
-        stats::unpinned(probe_range.len());
+    let range = ctx.range();
+    let begun = ctx
+        .inner
+        .lock()
+        .state
+        .begin(HostCall::Release, current_tgid());
+    if let Err(v) = begun {
+        // A call of the host is still in flight for this registration: dropping the host's
+        // reference could free it under that call. Keep it (a leak) and say so.
+        let _ = violation(link, "release", range, v);
+        core::mem::forget(ctx);
+        return;
     }
-    if let Some(table) = table {
-        // The host released without put_pages: clean up after it, and say so.
-        let _ = violation(link, "release", range, Violation::OutOfOrder);
-        if let Some((peer, mapping)) = mapping {
-            nvidia::dma_unmap_pages(peer, table, mapping);
-        }
-        let unpinned = match link.flavour() {
-            Flavour::Persistent => nvidia::put_pages_persistent(range, table),
-            Flavour::Invalidating => nvidia::put_pages(range, table),
-        }
-        .is_ok();
-        stats::unpinned(range.len());
-        if ctx.inner.lock().state.released_unpin_done(unpinned) {
-            drop_driver_ref(ctx.as_arc_borrow());
-        }
-    }
+    let _ = ctx
+        .as_arc_borrow()
+        .drive(Actor::Host, &mut HostArgs::none());
+    // The host no longer reads the SG entries.
+    let sg = ctx.inner.lock().sg.take();
     drop(sg);
     stats::released();
 }
 
-/// The NVIDIA driver's free callback for invalidating pins: the memory is going away (cudaFree,
-/// process exit). Make the NIC stop using it, then let the driver free its structures.
+/// The NVIDIA driver's free callback for N: the memory is going away (cudaFree, process exit,
+/// unregistration from the P2P object).
 ///
 /// # Safety
 ///
-/// `data` is the reference to a [`RegCtx`] handed to the driver by [`get_pages`]; the driver calls
-/// this at most once per pin, in process context.
+/// The driver calls it at most once per pin, in process context, with its RM API lock held, and
+/// with the `data` given to [`nvidia::get_pages`]: a [`ForeignRef`] that the state machine keeps
+/// for the driver until this callback takes it back.
 pub(crate) unsafe extern "C" fn free_callback(data: *mut c_void) {
-    if data.is_null() {
+    // SAFETY: the function's contract: `data` is the driver's reference, still held.
+    let Some(r) = (unsafe { ForeignRef::from_ptr(data) }) else {
+        return;
+    };
+    // SAFETY: the reference is taken back only by this callback's last step
+    // (`HandDriverRefToWork` in `drive`), after which `ctx` is not used; the work item it goes to
+    // drops it only after `DriverBarrier`, which waits for the RM API lock that the driver holds
+    // until this function has returned. So the registration outlives this borrow.
+    let ctx = unsafe { r.borrow() };
+    if !ctx.inner.lock().state.begin_callback() {
         return;
     }
-    // SAFETY: `data` came from `Arc::into_raw` and the driver's reference keeps it alive at least
-    // until `end_callback` below lets us drop it.
-    let ctx = unsafe { ArcBorrow::<RegCtx>::from_raw(data.cast_const().cast()) };
-    let plan = ctx.inner.lock().state.begin_callback();
-    match plan {
-        CallbackPlan::Invalidate { core_context } => {
-            ctx.link.invalidate(core_context);
-            stats::invalidated();
-        }
-        CallbackPlan::SkipInvalidate => stats::invalidation_skipped(),
-        CallbackPlan::Ignore => return,
-    }
-    let mut g = ctx.inner.lock();
-    let drop_ref = g.state.end_callback();
-    // The driver frees the page table and its mappings as soon as we return.
-    if g.table.take().is_some() {
-        stats::unpinned(g.state.range().len());
-    }
-    g.mapping = None;
-    drop(g);
-    if drop_ref {
-        drop_driver_ref(ctx);
-    }
+    // Makes the NIC stop using the memory (through the host) if it may; never waits, and never
+    // calls into the driver, which is locked by this very task.
+    let _ = ctx.drive(Actor::Callback, &mut HostArgs::none());
 }

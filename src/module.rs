@@ -4,9 +4,13 @@
 //! publish the statistics.
 
 use core::fmt;
+use core::ptr::NonNull;
 
+use kernel::bindings;
 use kernel::debugfs::{Dir, File};
 use kernel::prelude::*;
+use kernel::sync::atomic::{Acquire, Atomic, Release};
+use kernel::workqueue::Queue;
 
 use crate::peer_mem::{ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT};
 use crate::{stats, sys};
@@ -17,11 +21,74 @@ struct Clients {
     _persistent: ClientRegistration,
 }
 
+/// This module's descriptor.
+pub(crate) fn this_module() -> *mut bindings::module {
+    <crate::LocalModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr()
+}
+
+/// The workqueue the registrations' work items run on, published for them by [`WorkQueue`].
+static WORK_QUEUE: Atomic<*mut bindings::workqueue_struct> = Atomic::new(core::ptr::null_mut());
+
+/// The module's own workqueue: a registration's work item may drop the last reference to it, and
+/// with it the module reference, so module exit must wait for a running item to return before the
+/// module's code goes, which destroying our own queue does (flushing a system queue is not
+/// allowed).
+///
+/// # Invariants
+///
+/// `0` is a workqueue made by `alloc_workqueue`, destroyed on drop; while it exists, it is the one
+/// `WORK_QUEUE` publishes.
+struct WorkQueue(NonNull<bindings::workqueue_struct>);
+
+// SAFETY: a workqueue may be used and destroyed from any task.
+unsafe impl Send for WorkQueue {}
+// SAFETY: as above.
+unsafe impl Sync for WorkQueue {}
+
+impl WorkQueue {
+    fn new() -> Result<Self> {
+        // SAFETY: a constant name with no format directive; unbound: the items sleep in driver
+        // calls and need no particular CPU.
+        let wq = unsafe {
+            bindings::alloc_workqueue_noprof(
+                c"peermem_rs".as_char_ptr(),
+                bindings::wq_flags_WQ_UNBOUND,
+                0,
+            )
+        };
+        let wq = NonNull::new(wq).ok_or(ENOMEM)?;
+        WORK_QUEUE.store(wq.as_ptr(), Release);
+        // INVARIANT: made and published just now.
+        Ok(Self(wq))
+    }
+}
+
+impl Drop for WorkQueue {
+    fn drop(&mut self) {
+        WORK_QUEUE.store(core::ptr::null_mut(), Release);
+        // SAFETY: by the type invariant; it waits for a running item to return. Nothing can queue
+        // an item any more: items are queued for registrations, every registration holds a
+        // module reference, and module exit (this drop) runs only once there are none.
+        unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
+    }
+}
+
+/// The queue for the registrations' work items.
+pub(crate) fn work_queue() -> &'static Queue {
+    let wq = WORK_QUEUE.load(Acquire);
+    // SAFETY: registrations, the only users, exist only while the module is loaded: after the
+    // queue is made (before the clients are registered) and before it is destroyed (after the
+    // last registration went), so the queue is alive for as long as they may call this.
+    unsafe { Queue::from_raw(wq) }
+}
+
 /// The loaded module. Field order is drop order: the clients are unregistered first (which waits
-/// for their registrations to be released), then the statistics files go.
+/// for their registrations to be released), then the work queue is destroyed (which waits for a
+/// work item still returning), then the statistics files go.
 #[pin_data(PinnedDrop)]
 pub(crate) struct PeerMemRs {
     _clients: Clients,
+    _queue: WorkQueue,
     #[pin]
     _stats: File<StatsText>,
     _debugfs: Dir,
@@ -136,11 +203,17 @@ fn register_clients() -> Result<Clients> {
 
 impl kernel::InPlaceModule for PeerMemRs {
     fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        let clients = register_clients();
+        // The queue first: a registration may need it as soon as a client is registered.
+        let queue = WorkQueue::new();
+        let clients = queue
+            .as_ref()
+            .map_err(|e| *e)
+            .and_then(|_| register_clients());
         let debugfs = Dir::new(c"peermem_rs");
         try_pin_init!(Self {
             _stats <- debugfs.read_only_file(c"stats", StatsText),
             _clients: clients?,
+            _queue: queue?,
             _debugfs: debugfs,
         })
     }

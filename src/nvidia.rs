@@ -1,11 +1,24 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Thin wrappers of the NVIDIA P2P API (`nv-p2p.h`).
+//! Thin wrappers of the NVIDIA P2P API (`nv-p2p.h`), with what the real driver guarantees.
 //!
-//! The driver hands out page tables and DMA mappings that it may free on its own (from a free
-//! callback, on another task). So the handles here are plain pointer values: copying or passing one
-//! to the driver is safe; reading through one is `unsafe` and allowed only while the caller knows
-//! the driver has not torn it down (the registration state machine says so, under its lock).
+//! What peermem-rs relies on, as NVIDIA's open kernel modules implement it (550 to 595; file and
+//! line references in docs/race-windows.md):
+//!
+//! - A **persistent** pin (`nvidia_p2p_get_pages_persistent`, or before 535 `nvidia_p2p_get_pages`
+//!   with no free callback) is never called back and never torn down by the driver: RM duplicates
+//!   the memory into its internal client, so freeing the user's memory leaves the pin, its page
+//!   table and its DMA mappings alone; only `nvidia_p2p_put_pages_persistent` frees them, and it
+//!   finds the pin through the table itself, from any task. So a [`PersistentPin`] and a
+//!   [`DmaMapping`] of it are alive for as long as peermem-rs holds them.
+//! - A **non-persistent** pin is torn down by the driver (cudaFree, process exit, unregistration
+//!   from the P2P object): it calls the free callback with its RM API lock held and frees the page
+//!   table, its DMA mappings and the semaphore guarding them as soon as the callback returns.
+//!   peermem-rs never reads such a table, never maps it, and only hands it back to
+//!   `nvidia_p2p_put_pages` as a [`PinKey`], which the driver uses as a lookup key among the calling
+//!   process's pins without dereferencing it; a key that finds nothing makes it answer 0.
+//! - The driver keeps no reference on the peer `pci_dev` and dereferences it when unmapping, so a
+//!   [`PeerDevice`] holds one of ours for as long as a mapping for it exists.
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -20,68 +33,6 @@ use crate::sys;
 /// The driver's callback type: called with our `data` when the pinned memory goes away.
 pub(crate) type FreeCallback = unsafe extern "C" fn(data: *mut c_void);
 
-/// A page table the driver returned from a pin.
-///
-/// # Invariants
-///
-/// Points to a page table the driver handed out, which may since have been freed by the driver;
-/// the pointer is never null.
-#[derive(Clone, Copy)]
-pub(crate) struct PageTable(NonNull<sys::nvidia_p2p_page_table>);
-
-// SAFETY: a page table is a plain value shared with the driver; peermem-rs reads it only under the
-// registration lock while the driver still owns it alive, from whatever task holds that lock.
-unsafe impl Send for PageTable {}
-
-/// A DMA mapping of a page table for one peer device.
-///
-/// # Invariants
-///
-/// Points to a mapping the driver handed out, which may since have been freed by the driver; never
-/// null.
-#[derive(Clone, Copy)]
-pub(crate) struct DmaMapping(NonNull<sys::nvidia_p2p_dma_mapping>);
-
-// SAFETY: as for `PageTable`.
-unsafe impl Send for DmaMapping {}
-
-/// A PCI device the NIC's DMA goes through.
-///
-/// # Invariants
-///
-/// Points to a live `struct pci_dev` for as long as the registration that holds it is mapped: the
-/// peer-memory host keeps its device alive while memory is registered for it.
-#[derive(Clone, Copy)]
-pub(crate) struct PeerDevice(NonNull<bindings::pci_dev>);
-
-// SAFETY: a `struct pci_dev` pointer may be used from any task; we only pass it to the driver.
-unsafe impl Send for PeerDevice {}
-
-impl PeerDevice {
-    /// The PCI device behind the host's `dma_device`, or `None` when it is not a PCI device.
-    ///
-    /// # Safety
-    ///
-    /// `dev` must be null or point to a live `struct device`.
-    pub(crate) unsafe fn from_device(dev: *mut bindings::device) -> Option<Self> {
-        if dev.is_null() {
-            return None;
-        }
-        // SAFETY: `dev` is a live device (caller's contract); `dev_is_pci` only reads its bus.
-        if !unsafe { bindings::dev_is_pci(dev) } {
-            return None;
-        }
-        // SAFETY: a PCI device's `struct device` is the `dev` field of its `struct pci_dev`, so the
-        // containing structure is in bounds of the same allocation.
-        let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
-        NonNull::new(pdev).map(Self)
-    }
-
-    fn as_ptr(self) -> *mut bindings::pci_dev {
-        self.0.as_ptr()
-    }
-}
-
 fn check(rc: i32) -> Result {
     if rc == 0 {
         Ok(())
@@ -90,109 +41,78 @@ fn check(rc: i32) -> Result {
     }
 }
 
-/// Runs a pin call with an out-pointer for the page table, and checks what it returned.
-fn pin_with(call: impl FnOnce(*mut *mut sys::nvidia_p2p_page_table) -> i32) -> Result<PageTable> {
+/// Runs a pin call with an out-pointer for the page table and checks what it returned. Only the
+/// return code says whether a table exists: on failure the driver may leave the out-pointer at
+/// memory it has already freed (nv-p2p.c's failure path frees the pin without resetting it).
+fn pin_with(
+    call: impl FnOnce(*mut *mut sys::nvidia_p2p_page_table) -> i32,
+) -> Result<NonNull<sys::nvidia_p2p_page_table>> {
     let mut table: *mut sys::nvidia_p2p_page_table = core::ptr::null_mut();
     check(call(&mut table))?;
-    NonNull::new(table).map(PageTable).ok_or(EIO)
+    NonNull::new(table).ok_or(EIO)
 }
 
-/// Pins `range` of the calling process's GPU memory. The driver calls `callback(data)` if the
-/// memory goes away while pinned.
+/// A persistent pin and its page table.
 ///
-/// # Safety
+/// # Invariants
 ///
-/// `data` must stay valid for `callback` until the pin is released with [`put_pages`] returning
-/// `Ok`, or until `callback` has run.
-pub(crate) unsafe fn get_pages(
-    range: GpuRange,
-    callback: FreeCallback,
-    data: *mut c_void,
-) -> Result<PageTable> {
-    pin_with(|out| {
-        // SAFETY: `out` is valid for the call; the callback contract is the caller's.
-        unsafe {
-            sys::nvidia_p2p_get_pages(0, 0, range.start(), range.len(), out, Some(callback), data)
-        }
-    })
-}
+/// Points to the page table of a persistent pin peermem-rs took and has not given back: the
+/// driver never frees it on its own (see the module documentation), so it is alive and readable
+/// for as long as this value exists. Dropping it without [`PersistentPin::put`] leaks the pin.
+pub(crate) struct PersistentPin(NonNull<sys::nvidia_p2p_page_table>);
 
-/// Pins `range` without a free callback: the memory outlives cudaFree until unpinned.
-pub(crate) fn get_pages_persistent(range: GpuRange) -> Result<PageTable> {
-    pin_with(|out| {
+// SAFETY: the pin belongs to no task: the driver finds it through the table from any task, and
+// peermem-rs passes it between tasks only under the registration lock.
+unsafe impl Send for PersistentPin {}
+
+impl PersistentPin {
+    /// Pins `range` of the calling process's GPU memory, with no free callback.
+    pub(crate) fn get(range: GpuRange) -> Result<Self> {
+        let table = pin_with(|out| {
+            #[cfg(peermem_persistent_api)]
+            let rc = {
+                // SAFETY: `out` is valid for the call; flags 0 is the default on every driver.
+                unsafe { sys::nvidia_p2p_get_pages_persistent(range.start(), range.len(), out, 0) }
+            };
+            // Before 535 a pin with no callback is persistent: the driver never calls back.
+            #[cfg(not(peermem_persistent_api))]
+            // SAFETY: `out` is valid for the call; no callback, so no `data` to keep alive.
+            let rc = unsafe {
+                sys::nvidia_p2p_get_pages(
+                    0,
+                    0,
+                    range.start(),
+                    range.len(),
+                    out,
+                    None,
+                    core::ptr::null_mut(),
+                )
+            };
+            rc
+        })?;
+        // INVARIANT: just pinned, persistently.
+        Ok(Self(table))
+    }
+
+    /// Gives the pin back. Works from any task. On an error the driver keeps the pin (it never
+    /// calls back for it), and this value is gone either way.
+    pub(crate) fn put(self, range: GpuRange) -> Result {
+        let table = self.0.as_ptr();
         #[cfg(peermem_persistent_api)]
-        let rc = {
-            // SAFETY: `out` is valid for the call.
-            unsafe { sys::nvidia_p2p_get_pages_persistent(range.start(), range.len(), out, 0) }
-        };
-        // Without the persistent API (drivers before 535), a persistent pin is a pin with no
-        // callback, and so no `data` to keep alive.
+        // SAFETY: by the type invariant the table is alive and ours to give back; it is not used
+        // again (`self` is consumed).
+        let rc = unsafe { sys::nvidia_p2p_put_pages_persistent(range.start(), table, 0) };
         #[cfg(not(peermem_persistent_api))]
-        // SAFETY: `out` is valid for the call.
-        let rc = unsafe {
-            sys::nvidia_p2p_get_pages(
-                0,
-                0,
-                range.start(),
-                range.len(),
-                out,
-                None,
-                core::ptr::null_mut(),
-            )
-        };
-        rc
-    })
-}
+        // SAFETY: as above; before 535 the driver looks the pin up among the caller's, so from
+        // another process this finds nothing and the pin stays until the owner exits.
+        let rc = unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), table) };
+        check(rc)
+    }
 
-/// Unpins a non-persistent pin. The driver answers 0 also for a table it already tore down.
-pub(crate) fn put_pages(range: GpuRange, table: PageTable) -> Result {
-    // SAFETY: the driver looks the table up by value among its live pins and does not dereference a
-    // table it no longer knows; passing a stale value is part of its documented contract.
-    check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), table.0.as_ptr()) })
-}
-
-/// Unpins a persistent pin.
-pub(crate) fn put_pages_persistent(range: GpuRange, table: PageTable) -> Result {
-    #[cfg(peermem_persistent_api)]
-    // SAFETY: persistent tables are never torn down by the driver, so `table` is live.
-    let rc = unsafe { sys::nvidia_p2p_put_pages_persistent(range.start(), table.0.as_ptr(), 0) };
-    #[cfg(not(peermem_persistent_api))]
-    // SAFETY: as for `put_pages`.
-    let rc = unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), table.0.as_ptr()) };
-    check(rc)
-}
-
-/// Maps a pinned table's pages for DMA by `peer`.
-pub(crate) fn dma_map_pages(peer: PeerDevice, table: PageTable) -> Result<DmaMapping> {
-    let mut mapping: *mut sys::nvidia_p2p_dma_mapping = core::ptr::null_mut();
-    // SAFETY: `peer` is a live PCI device (type invariant); the driver validates `table` among its
-    // pins; the out-pointer is valid for the call.
-    let rc =
-        unsafe { sys::nvidia_p2p_dma_map_pages(peer.as_ptr(), table.0.as_ptr(), &mut mapping) };
-    check(rc)?;
-    NonNull::new(mapping).map(DmaMapping).ok_or(EIO)
-}
-
-/// Unmaps a mapping made by [`dma_map_pages`]. Always succeeds from our side; the driver ignores a
-/// mapping it already tore down.
-pub(crate) fn dma_unmap_pages(peer: PeerDevice, table: PageTable, mapping: DmaMapping) {
-    // SAFETY: `peer` is the device the mapping was made for; the driver looks `mapping` up among
-    // the table's live mappings. Its return value is always 0.
-    let _ = unsafe {
-        sys::nvidia_p2p_dma_unmap_pages(peer.as_ptr(), table.0.as_ptr(), mapping.0.as_ptr())
-    };
-}
-
-impl PageTable {
     /// The header fields peermem-rs checks.
-    ///
-    /// # Safety
-    ///
-    /// The driver must not have torn the table down, and must not be able to while this runs (the
-    /// caller holds the registration lock with the state machine saying the table is alive).
-    pub(crate) unsafe fn header(self) -> PageTableHeader {
-        // SAFETY: the table is alive (caller's contract); these fields are plain integers present in
-        // every layout (1.x and 2.x share their prefix).
+    pub(crate) fn header(&self) -> PageTableHeader {
+        // SAFETY: alive by the type invariant; these fields are plain integers present in every
+        // layout (1.x and 2.x share their prefix).
         let t = unsafe { self.0.as_ref() };
         PageTableHeader {
             version: t.version,
@@ -200,16 +120,47 @@ impl PageTable {
             entries: t.entries,
         }
     }
+
+    /// Maps the pinned pages for DMA by `peer`.
+    pub(crate) fn dma_map(&self, peer: &PeerDevice) -> Result<DmaMapping> {
+        let mut mapping: *mut sys::nvidia_p2p_dma_mapping = core::ptr::null_mut();
+        // SAFETY: `peer` is a live PCI device (its invariant); the table is alive and will not be
+        // torn down under the call (this type's invariant); the out-pointer is valid.
+        let rc =
+            unsafe { sys::nvidia_p2p_dma_map_pages(peer.as_ptr(), self.0.as_ptr(), &mut mapping) };
+        check(rc)?;
+        let mapping = NonNull::new(mapping).ok_or(EIO)?;
+        // INVARIANT: a mapping of this persistent table, handed out just now.
+        Ok(DmaMapping(mapping))
+    }
+
+    /// Unmaps `mapping` (made by [`PersistentPin::dma_map`] on this pin for `peer`).
+    pub(crate) fn dma_unmap(&self, peer: &PeerDevice, mapping: DmaMapping) {
+        // SAFETY: the table and the mapping are alive (type invariants) and the mapping was made
+        // for `peer`; the driver takes only the semaphore inside the pin, no driver lock, so this
+        // is allowed from any context that may sleep, the free callback included. It always
+        // returns 0 for a mapping it knows.
+        let _ = unsafe {
+            sys::nvidia_p2p_dma_unmap_pages(peer.as_ptr(), self.0.as_ptr(), mapping.0.as_ptr())
+        };
+    }
 }
+
+/// A DMA mapping of a [`PersistentPin`].
+///
+/// # Invariants
+///
+/// Points to a mapping the driver handed out for a persistent pin that is still held and that
+/// has not been unmapped: alive for as long as this value exists.
+pub(crate) struct DmaMapping(NonNull<sys::nvidia_p2p_dma_mapping>);
+
+// SAFETY: as for `PersistentPin`.
+unsafe impl Send for DmaMapping {}
 
 impl DmaMapping {
     /// The header fields peermem-rs checks.
-    ///
-    /// # Safety
-    ///
-    /// As for [`PageTable::header`], for the mapping.
-    pub(crate) unsafe fn header(self) -> DmaMappingHeader {
-        // SAFETY: the mapping is alive (caller's contract).
+    pub(crate) fn header(&self) -> DmaMappingHeader {
+        // SAFETY: alive by the type invariant.
         let m = unsafe { self.0.as_ref() };
         DmaMappingHeader {
             version: m.version,
@@ -219,17 +170,108 @@ impl DmaMapping {
     }
 
     /// The DMA address of GPU page `i`, or `None` past the end.
-    ///
-    /// # Safety
-    ///
-    /// As for [`PageTable::header`], for the mapping.
-    pub(crate) unsafe fn dma_address(self, i: u32) -> Option<u64> {
-        // SAFETY: the mapping is alive (caller's contract).
+    pub(crate) fn dma_address(&self, i: u32) -> Option<u64> {
+        // SAFETY: alive by the type invariant.
         let m = unsafe { self.0.as_ref() };
         if i >= m.entries || m.dma_addresses.is_null() {
             return None;
         }
         // SAFETY: `dma_addresses` holds `entries` addresses and `i < entries`.
         Some(unsafe { *m.dma_addresses.add(i as usize) })
+    }
+}
+
+/// The page-table pointer of a non-persistent pin, as a lookup key only.
+///
+/// # Invariants
+///
+/// The value the driver returned from `nvidia_p2p_get_pages`. It may point to freed memory
+/// (after a teardown) and is never dereferenced by peermem-rs.
+#[derive(Clone, Copy)]
+pub(crate) struct PinKey(NonNull<sys::nvidia_p2p_page_table>);
+
+// SAFETY: a plain value, never dereferenced.
+unsafe impl Send for PinKey {}
+
+/// Pins `range` of the calling process's GPU memory; the driver calls `callback(data)` before it
+/// frees the pin (cudaFree, process exit, unregistration from the P2P object).
+///
+/// # Safety
+///
+/// `data` must stay valid for `callback` until the driver can no longer call it: until a
+/// [`put_pages`] from the pinning process returned 0 with the callback not having started, or
+/// until the callback has run.
+pub(crate) unsafe fn get_pages(
+    range: GpuRange,
+    callback: FreeCallback,
+    data: *mut c_void,
+) -> Result<PinKey> {
+    let table = pin_with(|out| {
+        // SAFETY: `out` is valid for the call; the callback contract is the caller's.
+        unsafe {
+            sys::nvidia_p2p_get_pages(0, 0, range.start(), range.len(), out, Some(callback), data)
+        }
+    })?;
+    // INVARIANT: the value the driver returned.
+    Ok(PinKey(table))
+}
+
+/// `nvidia_p2p_put_pages` of a non-persistent pin. The driver looks `key` up among the pins of the
+/// calling process (token 0) and answers 0 also when it finds nothing: a pin of another process,
+/// one it already tore down, or any key from a task with no pins (a kworker). Only from the pinning
+/// process, with no teardown of the pin having started, does 0 mean "unpinned, no callback will
+/// come".
+pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
+    // SAFETY: the driver uses `key` as a lookup key among the caller's pins and dereferences it
+    // only when it finds it there, i.e. when it is a live pin of this process (nv-p2p.c 550:289-343,
+    // p2p.c RmP2PPutPages); a stale key finds nothing, as the driver's own comment on the
+    // not-found case says.
+    check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), key.0.as_ptr()) })
+}
+
+/// A PCI device the NIC's DMA goes through, with a reference of ours on it.
+///
+/// # Invariants
+///
+/// Points to a `struct pci_dev` on which this value holds a reference (`pci_dev_get`), dropped
+/// on drop.
+pub(crate) struct PeerDevice(NonNull<bindings::pci_dev>);
+
+// SAFETY: a reference on a `struct pci_dev` may be held and dropped from any task.
+unsafe impl Send for PeerDevice {}
+
+impl PeerDevice {
+    /// The PCI device behind the host's `dma_device`, referenced; `None` when it is not a PCI
+    /// device.
+    ///
+    /// # Safety
+    ///
+    /// `dev` must be null or point to a live `struct device` for the duration of the call.
+    pub(crate) unsafe fn from_device(dev: *mut bindings::device) -> Option<Self> {
+        if dev.is_null() {
+            return None;
+        }
+        // SAFETY: `dev` is a live device (caller's contract); `dev_is_pci` only reads its bus.
+        if !unsafe { bindings::dev_is_pci(dev) } {
+            return None;
+        }
+        // SAFETY: a PCI device's `struct device` is the `dev` field of its `struct pci_dev`, so
+        // the containing structure is in bounds of the same allocation.
+        let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
+        // SAFETY: `pdev` is live (its `dev` is); taking a reference keeps it so.
+        let pdev = unsafe { bindings::pci_dev_get(pdev) };
+        // INVARIANT: referenced just now.
+        NonNull::new(pdev).map(Self)
+    }
+
+    fn as_ptr(&self) -> *mut bindings::pci_dev {
+        self.0.as_ptr()
+    }
+}
+
+impl Drop for PeerDevice {
+    fn drop(&mut self) {
+        // SAFETY: drops the reference the type invariant says this value holds.
+        unsafe { bindings::pci_dev_put(self.0.as_ptr()) };
     }
 }

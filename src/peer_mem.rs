@@ -17,10 +17,10 @@ use kernel::bindings;
 use kernel::prelude::*;
 use kernel::str::CStrExt;
 use kernel::sync::atomic::{Acquire, Atomic, Release};
-use kernel::sync::{Arc, ArcBorrow};
+use kernel::sync::ArcBorrow;
 use kernel::types::Opaque;
 
-use crate::client::{self, RegCtx};
+use crate::client::{self, ForeignRef, RegCtx};
 use crate::logic::registration::Flavour;
 use crate::nvidia::PeerDevice;
 use crate::sys;
@@ -68,6 +68,14 @@ impl HostLink {
         }
         // SAFETY: `name` is only ever set to a `'static` C string literal.
         unsafe { CStr::from_char_ptr(p) }
+    }
+
+    /// May this client accept a registration? The invalidating one only once its host handle is
+    /// published: an invalidation needs it, and the host could otherwise hand us memory (and the
+    /// driver call back for it) between `ib_register_peer_memory_client` adding the client and
+    /// our storing the handle it returns.
+    pub(crate) fn ready(&self) -> bool {
+        self.flavour == Flavour::Persistent || !self.handle.load(Acquire).is_null()
     }
 
     /// Asks the host to invalidate the registration it knows as `core_context`.
@@ -222,13 +230,14 @@ impl Callbacks<()> {
 ///
 /// # Safety
 ///
-/// `ctx` must be a `client_context` our acquire returned and the host has not released.
+/// `ctx` must be null or a `client_context` our acquire returned that the host has not released
+/// (the host's reference then keeps the registration alive for the callback's duration).
 unsafe fn borrow<'a>(ctx: *mut c_void) -> Option<ArcBorrow<'a, RegCtx>> {
-    if ctx.is_null() {
-        return None;
-    }
-    // SAFETY: the host's reference (from acquire's `Arc::into_raw`) keeps it alive until release.
-    Some(unsafe { ArcBorrow::from_raw(ctx.cast_const().cast()) })
+    // SAFETY: the function's contract.
+    let r = unsafe { ForeignRef::from_ptr(ctx) }?;
+    // SAFETY: the host gives its reference back only with release, which cannot overlap its
+    // other calls for the registration.
+    Some(unsafe { r.borrow() })
 }
 
 impl<F: LinkOf> Callbacks<F> {
@@ -259,7 +268,7 @@ impl<F: LinkOf> Callbacks<F> {
         match client::acquire(F::link(), addr as u64, size as u64) {
             Some(ctx) => {
                 // SAFETY: `client_context` is a valid out-pointer (checked non-null above).
-                unsafe { *client_context = Arc::into_raw(ctx).cast_mut().cast() };
+                unsafe { *client_context = ForeignRef::give(ctx).as_ptr() };
                 1
             }
             None => 0,
@@ -336,10 +345,10 @@ impl<F: LinkOf> Callbacks<F> {
     /// # Safety
     ///
     /// As for `dma_map`.
-    unsafe extern "C" fn put_pages(sg_head: *mut bindings::sg_table, client_context: *mut c_void) {
+    unsafe extern "C" fn put_pages(_sg_head: *mut bindings::sg_table, client_context: *mut c_void) {
         // SAFETY: the host's contract, see above.
         if let Some(ctx) = unsafe { borrow(client_context) } {
-            client::put_pages(ctx, sg_head);
+            client::put_pages(ctx);
         }
     }
 
@@ -354,11 +363,11 @@ impl<F: LinkOf> Callbacks<F> {
     ///
     /// `client_context` is what our acquire returned; the host gives up its reference here.
     unsafe extern "C" fn release(client_context: *mut c_void) {
-        if client_context.is_null() {
+        // SAFETY: the host's contract: what our acquire returned, given back once, here.
+        let Some(r) = (unsafe { ForeignRef::from_ptr(client_context) }) else {
             return;
-        }
-        // SAFETY: this takes back the host's reference made by `Arc::into_raw` in acquire.
-        let ctx = unsafe { Arc::<RegCtx>::from_raw(client_context.cast_const().cast()) };
-        client::release(ctx);
+        };
+        // SAFETY: as above; the host makes no other call for this registration from now on.
+        client::release(unsafe { r.take_back() });
     }
 }

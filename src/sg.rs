@@ -4,9 +4,10 @@
 //!
 //! The host owns the `struct sg_table` header and passes it in; the entries are ours: allocated with
 //! `sg_alloc_table`, one per GPU page, with no `struct page` behind them (GPU memory has none), only
-//! a DMA address and a length. We fill a private table first and copy its header into the host's only
-//! when everything succeeded, so a failing `dma_map` leaves the host's table untouched. The entries
-//! are freed when the registration is released (the host keeps using them until then).
+//! a DMA address and a length. They are allocated before the mapping (a sleeping allocation, made
+//! with no lock held), filled from the mapping, and their header is copied into the host's table
+//! only when everything succeeded, so a failing `dma_map` leaves the host's table untouched. The
+//! entries are freed when the registration is released (the host keeps using them until then).
 
 use core::ptr::NonNull;
 
@@ -27,13 +28,8 @@ pub(crate) struct SgEntries {
 unsafe impl Send for SgEntries {}
 
 impl SgEntries {
-    /// `n` entries of `len` bytes each; entry `i` gets DMA address `address(i)`. Fails with EINVAL if
-    /// `address` has no answer for some `i < n`.
-    pub(crate) fn new(
-        n: u32,
-        len: u32,
-        mut address: impl FnMut(u32) -> Option<u64>,
-    ) -> Result<Self> {
+    /// `n` entries, not yet filled. May sleep: called with no lock held.
+    pub(crate) fn alloc(n: u32) -> Result<Self> {
         if n == 0 {
             return Err(EINVAL);
         }
@@ -43,23 +39,25 @@ impl SgEntries {
         if rc != 0 {
             return Err(Error::from_errno(rc));
         }
-        // INVARIANT: `sg_alloc_table` succeeded; from here on, dropping `entries` frees it.
-        let entries = Self { table };
-        let mut sg = entries.table.sgl;
-        for i in 0..n {
-            let Some(addr) = address(i) else {
+        // INVARIANT: `sg_alloc_table` succeeded; from here on, dropping the value frees it.
+        Ok(Self { table })
+    }
+
+    /// Makes every entry `len` bytes long; entry `i` gets DMA address `address(i)`. Fails with
+    /// EINVAL if `address` has no answer for some entry.
+    pub(crate) fn fill(&mut self, len: u32, mut address: impl FnMut(u32) -> Option<u64>) -> Result {
+        let mut sg = self.table.sgl;
+        for i in 0..self.table.orig_nents {
+            let (Some(addr), Some(entry)) = (address(i), NonNull::new(sg)) else {
                 return Err(EINVAL);
             };
-            let Some(entry) = NonNull::new(sg) else {
-                return Err(EINVAL);
-            };
-            // SAFETY: `entry` is one of the `n` entries `sg_alloc_table` just allocated (walked with
+            // SAFETY: `entry` is one of the entries `sg_alloc_table` allocated (walked with
             // `sg_next`), exclusively ours until published.
             unsafe { set_dma_entry(entry.as_ptr(), addr, len) };
             // SAFETY: as above; `sg_next` follows chained allocations and returns null at the end.
             sg = unsafe { bindings::sg_next(sg) };
         }
-        Ok(entries)
+        Ok(())
     }
 
     /// Hands the entries to the host by copying the table header into `host`.

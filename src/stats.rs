@@ -13,6 +13,7 @@ use kernel::time::{Instant, Monotonic};
 use crate::logic::cause::Cause;
 use crate::logic::range::GpuRange;
 use crate::logic::ratelimit::{RateLimit, Verdict};
+use crate::logic::registration::{Actor, Event, Violation};
 use crate::logic::stats::Snapshot;
 
 /// One global counter.
@@ -40,6 +41,10 @@ static REGISTRATIONS: Counter = Counter::new();
 static INVALIDATIONS: Counter = Counter::new();
 static INVALIDATIONS_SKIPPED: Counter = Counter::new();
 static RELEASES: Counter = Counter::new();
+static LATE_CALLBACKS: Counter = Counter::new();
+static FOREIGN_UNPINS: Counter = Counter::new();
+static UNPIN_FAILURES: Counter = Counter::new();
+static DEFERRED_UNPINS: Counter = Counter::new();
 static ERRORS: [Counter; Cause::COUNT] = [const { Counter::new() }; Cause::COUNT];
 
 pub(crate) fn registration_created() {
@@ -60,12 +65,6 @@ pub(crate) fn unpinned(bytes: u64) {
 pub(crate) fn mapped() {
     REGISTRATIONS.add(1);
 }
-pub(crate) fn invalidated() {
-    INVALIDATIONS.add(1);
-}
-pub(crate) fn invalidation_skipped() {
-    INVALIDATIONS_SKIPPED.add(1);
-}
 pub(crate) fn released() {
     RELEASES.add(1);
 }
@@ -79,6 +78,10 @@ pub(crate) fn snapshot() -> Snapshot {
         invalidations: INVALIDATIONS.get(),
         invalidations_skipped: INVALIDATIONS_SKIPPED.get(),
         releases: RELEASES.get(),
+        late_callbacks: LATE_CALLBACKS.get(),
+        foreign_unpins: FOREIGN_UNPINS.get(),
+        unpin_failures: UNPIN_FAILURES.get(),
+        deferred_unpins: DEFERRED_UNPINS.get(),
         ..Default::default()
     };
     for c in Cause::ALL {
@@ -112,13 +115,9 @@ fn now_ms() -> u64 {
 /// Counts a refusal and explains it in the kernel log (rate limited).
 pub(crate) fn refuse(client: &CStr, call: &str, range: Option<GpuRange>, errno: i32, cause: Cause) {
     ERRORS[cause.index()].add(1);
-    let verdict = LOG_LIMIT.lock().check(now_ms());
-    let Verdict::Print { suppressed } = verdict else {
-        return;
-    };
     let pid = kernel::current!().pid();
     match range {
-        Some(r) => pr_warn!(
+        Some(r) => say(fmt!(
             "{}: {} of GPU VA {:#x}+{:#x} (pid {}) refused, errno -{}: {}\n",
             client,
             call,
@@ -127,16 +126,90 @@ pub(crate) fn refuse(client: &CStr, call: &str, range: Option<GpuRange>, errno: 
             pid,
             errno,
             cause.explain()
-        ),
-        None => pr_warn!(
+        )),
+        None => say(fmt!(
             "{}: {} (pid {}) refused, errno -{}: {}\n",
             client,
             call,
             pid,
             errno,
             cause.explain()
-        ),
+        )),
     }
+}
+
+/// Counts (and, where an operator needs to know, explains) what happened to a registration of
+/// `range` of `client`; `actor` is who noticed it.
+pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) {
+    match event {
+        Event::Unpinned => {
+            unpinned(range.len());
+            if actor == Actor::Work {
+                DEFERRED_UNPINS.add(1);
+            }
+        }
+        Event::Invalidated => INVALIDATIONS.add(1),
+        Event::InvalidationSkipped => INVALIDATIONS_SKIPPED.add(1),
+        Event::LateCallback => LATE_CALLBACKS.add(1),
+        Event::UnpinNForeign => {
+            FOREIGN_UNPINS.add(1);
+            say(fmt!(
+                "{}: GPU VA {:#x}+{:#x} was deregistered by pid {}, not by the process that \
+                 registered it; the NVIDIA driver unpins a pin only for that process, so this one \
+                 stays pinned (and peermem-rs loaded) until that process frees the memory or exits\n",
+                client,
+                range.start(),
+                range.len(),
+                kernel::current!().pid()
+            ));
+        }
+        Event::UnpinPFailed(errno) | Event::UnpinNFailed(errno) => {
+            UNPIN_FAILURES.add(1);
+            say(fmt!(
+                "{}: the NVIDIA driver refused to unpin GPU VA {:#x}+{:#x} (errno -{}); {}\n",
+                client,
+                range.start(),
+                range.len(),
+                errno,
+                if matches!(event, Event::UnpinNFailed(_)) {
+                    "the registration stays until the driver calls it back (cudaFree or exit)"
+                } else {
+                    "the driver keeps the pin"
+                }
+            ));
+        }
+        Event::ReleasedWithoutPutPages => {
+            ERRORS[Cause::HostProtocol.index()].add(1);
+            say(fmt!(
+                "{}: the peer-memory host released GPU VA {:#x}+{:#x} without put_pages (a host \
+                 bug); unpinning it\n",
+                client,
+                range.start(),
+                range.len()
+            ));
+        }
+    }
+}
+
+/// A host call that broke the protocol: counted as a host_protocol refusal and explained.
+pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation) {
+    ERRORS[Cause::HostProtocol.index()].add(1);
+    say(fmt!(
+        "{}: {} of GPU VA {:#x}+{:#x} refused, errno -22: the peer-memory host broke the protocol: {}\n",
+        client,
+        call,
+        range.start(),
+        range.len(),
+        v.explain()
+    ));
+}
+
+/// One rate-limited warning.
+fn say(args: core::fmt::Arguments<'_>) {
+    let Verdict::Print { suppressed } = LOG_LIMIT.lock().check(now_ms()) else {
+        return;
+    };
+    pr_warn!("{}", args);
     if suppressed > 0 {
         pr_warn!("({} similar messages suppressed)\n", suppressed);
     }

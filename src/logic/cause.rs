@@ -7,7 +7,7 @@
 //! all; an operator reading `dmesg` should not need the source to understand an EFAULT.
 
 /// A cause of refusal. The discriminants index the per-cause counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {
     /// The range is empty, wraps around the address space, or is larger than a page table counts.
     BadRange,
@@ -29,11 +29,17 @@ pub enum Cause {
     OutOfMemory,
     /// Any other error from the NVIDIA driver.
     DriverError,
+    /// peermem-rs is being unloaded (rmmod in progress): no new registration can take a module
+    /// reference.
+    Unloading,
+    /// The client is still being registered with the host (its invalidate function is not known
+    /// yet): a registration racing module load.
+    NotReady,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Cause; 10] = [
+    pub const ALL: [Cause; 12] = [
         Cause::BadRange,
         Cause::NotGpuMemory,
         Cause::Bar1Exhausted,
@@ -44,6 +50,8 @@ impl Cause {
         Cause::HostProtocol,
         Cause::OutOfMemory,
         Cause::DriverError,
+        Cause::Unloading,
+        Cause::NotReady,
     ];
     /// Number of causes.
     pub const COUNT: usize = Self::ALL.len();
@@ -66,6 +74,8 @@ impl Cause {
             Cause::HostProtocol => "host_protocol",
             Cause::OutOfMemory => "out_of_memory",
             Cause::DriverError => "driver_error",
+            Cause::Unloading => "unloading",
+            Cause::NotReady => "not_ready",
         }
     }
 
@@ -94,6 +104,12 @@ impl Cause {
             Cause::HostProtocol => "the peer-memory host called out of order (a bug in the host)",
             Cause::OutOfMemory => "out of kernel memory",
             Cause::DriverError => "the NVIDIA driver failed",
+            Cause::Unloading => {
+                "peermem-rs is being unloaded (rmmod in progress): load it again to register GPU memory"
+            }
+            Cause::NotReady => {
+                "peermem-rs is still registering with the peer-memory host: retry in a moment"
+            }
         }
     }
 

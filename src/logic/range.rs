@@ -14,7 +14,7 @@ pub const GPU_PAGE_SIZE: u64 = 1 << GPU_PAGE_SHIFT;
 const GPU_PAGE_MASK: u64 = GPU_PAGE_SIZE - 1;
 
 /// Why a byte range cannot be turned into GPU pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RangeError {
     /// `size` is zero.
     Empty,
@@ -32,7 +32,7 @@ pub enum RangeError {
 /// overflow and `len / GPU_PAGE_SIZE` fits in a `u32`.
 // `len > 0` by the invariant: an `is_empty` would always say false.
 #[allow(clippy::len_without_is_empty)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GpuRange {
     start: u64,
     len: u64,

@@ -1,85 +1,220 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The life of one registration: what peermem-rs may do, and must not do, at each step.
+//! The life of one registration: which calls peermem-rs makes, from which task, and when.
 //!
-//! A registration lives from `acquire` to `release`. The peer-memory host drives it (get_pages,
-//! dma_map, dma_unmap, put_pages, release) and, for non-persistent pins, the NVIDIA driver may tear
-//! it down at any moment from another task by calling our free callback (cudaFree, process exit),
-//! after which the page table and every DMA mapping belong to the driver and die when the callback
-//! returns. This module is the decision logic for that protocol; the kernel glue owns the pointers
-//! and the lock, and asks this state machine before every step.
+//! A registration lives from `acquire` to `release`. Three kinds of actor drive it, and this module
+//! is the one place that decides what each of them does next:
 //!
-//! The rules it encodes, and why:
+//! - **the host** (ib_core's peer-memory support) calls get_pages, dma_map, dma_unmap, put_pages and
+//!   release, from the registering process, from whatever task destroys the MR (a forked child's
+//!   last close, a device-removal kworker), or inline from inside our own invalidation;
+//! - **the NVIDIA driver's teardown** calls our free callback when the memory goes away (cudaFree,
+//!   process exit, unregistration from the P2P object), with its RM API lock held;
+//! - **our work item** finishes what the other two may not do in their context.
 //!
-//! - Every call into the driver is bracketed: `begin_*` (under the registration lock) says whether
-//!   to make the call, the call is made *without* the lock, `finish_*` (under the lock again)
-//!   records the result. The lock is never held across a driver call, because the driver holds its
-//!   own locks while it runs our free callback, and the callback needs our lock: holding ours while
-//!   waiting for the driver's would deadlock.
-//! - Once the free callback has started (`torn_down`), the driver owns the page table and mappings:
-//!   no further driver call is made for them and their contents are never read again. The glue reads
-//!   the driver's structures only under the lock and only when not torn down, and the callback takes
-//!   the lock before it lets the driver free them, so no read can overlap the free.
-//! - The callback asks the host to invalidate only when no driver call of ours is in flight for this
-//!   registration. A call in flight means the host is inside registration or deregistration of this
-//!   memory, holding its own lock and waiting for the driver, which waits for our callback: asking
-//!   the host then would deadlock. In those cases the memory is not in the NIC's hands anyway (not
-//!   mapped yet, or its key already revoked), and the torn-down flag makes the pending
-//!   registration fail instead of handing out dead addresses.
-//! - The driver holds a reference to the registration from the moment it may call the callback
-//!   (`DriverRef::Held`). Exactly one party drops it: the callback when it ends, or put_pages when the
-//!   driver confirmed the unpin (return 0) before any callback claimed it. So the registration
-//!   cannot be freed under a running callback, even when `release` races with the invalidation.
+//! The glue (`client.rs`) owns the driver's pointers and the lock around this state; it asks
+//! [`Registration::next`] for a [`Step`], carries it out with the lock dropped, and reports the
+//! result with [`Registration::done`]. The glue adds no decision of its own, so the model checker
+//! (`crates/protocol-model`), which drives this same state machine against a model of the real
+//! providers, checks what the module does.
+//!
+//! # What the real providers force (see docs/race-windows.md for the sources)
+//!
+//! 1. The NVIDIA driver frees a non-persistent pin's page table, its DMA mappings and the semaphore
+//!    that guards them right after our free callback returns, while `nvidia_p2p_dma_map_pages`
+//!    reads the table before taking the API lock and links its mapping into that allocation after
+//!    dropping it, and `nvidia_p2p_dma_unmap_pages` takes that semaphore without any driver lock.
+//!    A callback cannot wait for a `dma_map_pages` blocked on the API lock (the teardown holds it),
+//!    and returning frees memory under it. So **no DMA mapping is ever made on a table the driver
+//!    can tear down**: every registration maps a *persistent* pin P (`get_pages_persistent`: no
+//!    callback, never torn down by the driver, released only by our `put_pages_persistent`, from
+//!    any task). The invalidating flavour takes, in addition, a non-persistent pin N whose only
+//!    use is the free callback that tells us the memory is going away; N's table is never read and
+//!    only ever passed back to `nvidia_p2p_put_pages` as a lookup key.
+//! 2. `nvidia_p2p_put_pages` finds N only among the pins of the calling process (the tgid) and
+//!    answers 0 also when it found nothing. So N is unpinned only from the owner's process; from
+//!    any other task it is *abandoned*: the driver keeps its reference to the registration (and so
+//!    the module reference) until its callback comes when the owner frees the memory or exits.
+//! 3. The callback runs with the RM API lock held: any driver call that takes it fails there
+//!    (-EIO). And the host may hold the MR's mapping lock while it calls us (registration from
+//!    before get_pages until the MR is armed; a legacy deregistration), while the callback's
+//!    invalidation takes that lock. So: **the callback never waits for anything and never makes a
+//!    driver call that takes the API lock; and while a callback of this registration runs, no
+//!    host-driven call makes one either** (it is left to the work item, which holds no host lock).
+//!    The callback asks the host to invalidate only when the registration is [`Phase::Mapped`],
+//!    which by construction means no host call of ours is between its steps, so the mapping lock
+//!    is free or held by a task that will release it without waiting for the driver.
+//! 4. The last reference to a registration (and with it the module reference) is never dropped by
+//!    the callback: it hands the driver's reference to the work item, whose queue module exit
+//!    destroys (waiting for a running item), so no module code runs after the module is gone.
 
+use crate::logic::cause::{Cause, EINVAL, ENOMEM};
 use crate::logic::range::GpuRange;
 
+/// A process, as the NVIDIA driver tells them apart: the thread-group id (`current->tgid`).
+pub type Tgid = i32;
+
 /// The two kinds of client nvidia-peermem registers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Flavour {
-    /// Pins with `nvidia_p2p_get_pages_persistent`: no free callback, no invalidation.
+    /// Only the persistent pin P: no free callback, no invalidation (the default).
     Persistent,
-    /// Pins with `nvidia_p2p_get_pages` and a free callback that invalidates through the host.
+    /// P for the NIC, plus a non-persistent pin N whose free callback invalidates through the host.
     Invalidating,
 }
 
-/// Where a registration is in its life, seen from the host's calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a registration is in the host's protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// `acquire` said "mine"; maybe a probe pin is kept (persistent flavour).
+    /// `acquire` said "mine" (and pinned P).
     Acquired,
-    /// `get_pages` succeeded: a pin exists (unless torn down).
+    /// `get_pages` succeeded.
     Pinned,
-    /// `dma_map` succeeded: a DMA mapping exists too (unless torn down).
+    /// `dma_map` succeeded and no host call of ours is between its steps: the NIC may use it.
     Mapped,
-    /// `put_pages` ran: nothing is pinned any more.
+    /// `dma_unmap` ran.
+    Unmapped,
+    /// `put_pages` ran.
     Unpinned,
     /// `release` ran: the host is done with it.
     Released,
 }
 
-/// A driver call of ours that has begun and not finished.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Call {
-    GetPages,
+/// The host's calls, which [`Registration::begin`] starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostCall {
+    /// get_pages for `range` with the host's id for the registration.
+    GetPages {
+        range: GpuRange,
+        core_context: u64,
+    },
     DmaMap,
     DmaUnmap,
     PutPages,
+    Release,
 }
 
-/// Who owns the reference the driver holds to this registration (the `data` of the free callback).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DriverRef {
-    /// The driver cannot call back with this registration.
-    None,
-    /// The driver may call the free callback with it.
-    Held,
-    /// A free callback has started and will drop it when it ends.
-    Claimed,
+/// Who is asking for the next step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Actor {
+    /// The host's call that [`Registration::begin`] started.
+    Host,
+    /// The NVIDIA driver's free callback that [`Registration::begin_callback`] started.
+    Callback,
+    /// Our work item, started by [`Registration::begin_work`].
+    Work,
 }
 
-/// A host call that breaks the peer-memory protocol. The glue refuses it with EINVAL and counts it;
-/// the registration is left as it was.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A call peermem-rs makes with the registration lock dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `nvidia_p2p_get_pages` of the range with our free callback: pins N. Before the call the glue
+    /// hands the driver a reference to the registration as the callback's `data`.
+    PinN,
+    /// `nvidia_p2p_put_pages` of N (only from the owner's process).
+    UnpinN,
+    /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
+    AllocSg,
+    /// `nvidia_p2p_dma_map_pages` of P's table for the host's device.
+    MapP,
+    /// Read P's DMA mapping (checked) into the SG entries allocated by `AllocSg`.
+    FillSg,
+    /// `nvidia_p2p_dma_unmap_pages` of P's mapping (takes no driver lock).
+    UnmapP,
+    /// `nvidia_p2p_put_pages_persistent` of P (any task).
+    UnpinP,
+    /// The host's invalidate for `core_context`.
+    Invalidate { core_context: u64 },
+    /// From the work item, after a free callback: `nvidia_p2p_put_pages` of N's stale key. From a
+    /// kworker it finds nothing and answers 0, but it takes the RM API lock, which the teardown
+    /// that called us holds until after our callback has returned: so once it returns, no code of
+    /// ours is still running on the teardown's task, and the reference the callback handed over may
+    /// be dropped even if it is the last one.
+    DriverBarrier,
+}
+
+impl Op {
+    /// Does the NVIDIA driver take its RM API lock inside this call? (Then it must never be made
+    /// from the free callback, which runs with that lock held.)
+    pub fn takes_driver_api_lock(self) -> bool {
+        matches!(
+            self,
+            Op::PinN | Op::UnpinN | Op::MapP | Op::UnpinP | Op::DriverBarrier
+        )
+    }
+}
+
+/// Something the glue counts or explains; it needs no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// P was unpinned: its bytes are no longer pinned.
+    Unpinned,
+    /// The driver refused to unpin P (errno): the persistent pin stays (no callback can come).
+    UnpinPFailed(i32),
+    /// The driver refused to unpin N (errno): it may still call back, so the registration stays.
+    UnpinNFailed(i32),
+    /// N could not be unpinned because the caller is not the pinning process: the driver keeps it,
+    /// and the registration, until the owner frees the memory or exits.
+    UnpinNForeign,
+    /// The free callback invalidated the registration through the host.
+    Invalidated,
+    /// The free callback found a host call in flight (registration or deregistration) and left the
+    /// host alone.
+    InvalidationSkipped,
+    /// A free callback came after the host had released the registration (N was abandoned).
+    LateCallback,
+    /// The host released a registration it had not unpinned (a host bug); we unpin it.
+    ReleasedWithoutPutPages,
+}
+
+/// Why a host call fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Refusal {
+    /// Positive errno.
+    pub errno: i32,
+    pub cause: Cause,
+}
+
+impl Refusal {
+    fn new(errno: i32, cause: Cause) -> Self {
+        Self { errno, cause }
+    }
+}
+
+/// What the glue does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// Make this call with the lock dropped, then report it with [`Registration::done`].
+    Call(Op),
+    /// Take back the reference handed to the driver with `PinN` and drop it (never the last one:
+    /// the asking host call holds another). Then ask again.
+    DropDriverRef,
+    /// Take back the driver's reference, queue the work item with it (if it is already queued,
+    /// drop it: the queued item holds another), and return from the callback at once, without
+    /// touching the registration again. This is the callback's last step: the work item drops the
+    /// reference only after `DriverBarrier`, i.e. after this callback has returned to the driver.
+    HandDriverRefToWork,
+    /// Queue the work item (with a new reference; if it is already queued, drop that one). Then ask
+    /// again.
+    QueueWork,
+    /// Count or explain this. Then ask again.
+    Note(Event),
+    /// The actor is done; for the host, this is what its call answers.
+    Return(Result<(), Refusal>),
+}
+
+/// What the glue must do under the same lock as [`Registration::done`], before anyone else can
+/// see the new state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Commit {
+    Nothing,
+    /// dma_map succeeded: copy the filled SG entries into the host's table now.
+    PublishSg,
+}
+
+/// A host call that breaks the peer-memory protocol. The glue refuses it with EINVAL, logs its
+/// kind and counts it; the registration is left as it was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Violation {
     /// A call arrived while another call of the host for the same registration was in flight.
     Overlap,
@@ -89,112 +224,160 @@ pub enum Violation {
     RangeMismatch,
 }
 
-/// How to carry out get_pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PinPlan {
-    /// The persistent pin taken by acquire covers exactly this range: use it, no driver call.
-    ReuseProbePin,
-    /// Pin with the driver. If `drop_probe_pin` is set, first unpin that persistent probe pin
-    /// (acquire's, for a range that turned out different). For the invalidating flavour the glue
-    /// hands the driver a new reference to the registration (now `DriverRef::Held`).
-    Pin { drop_probe_pin: Option<GpuRange> },
+impl Violation {
+    /// For the log.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Violation::Overlap => "a call overlapping another call for the same registration",
+            Violation::OutOfOrder => "a call out of the protocol's order",
+            Violation::RangeMismatch => "get_pages for another range than acquire's",
+        }
+    }
 }
 
-/// What get_pages' driver call amounted to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PinOutcome {
-    /// Pinned. The glue may read the page table now, under the lock.
-    Pinned,
-    /// The driver failed. `drop_driver_ref`: the reference handed over for the call must be dropped.
-    Failed { drop_driver_ref: bool },
-    /// The pin succeeded but the free callback ran meanwhile: the memory is being freed. The page
-    /// table must not be touched; get_pages fails.
+/// The non-persistent pin N of the invalidating flavour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NPin {
+    None,
+    /// `nvidia_p2p_get_pages` in flight.
+    Pinning,
+    /// Pinned; the driver may call back.
+    Armed,
+    /// `nvidia_p2p_put_pages` in flight.
+    Unpinning,
+    /// Left to the driver (foreign task, or the driver refused the unpin): it may still call back.
+    Abandoned,
+    /// The driver's teardown called back: N is the driver's, and dead once the callback returns.
     TornDown,
+    /// Unpinned by us; the driver will never call back.
+    Gone,
 }
 
-/// What dma_map's driver call amounted to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MapOutcome {
-    /// Mapped. The glue may read the mapping and fill the SG table now, under the lock.
-    Mapped,
-    /// The driver failed; nothing to undo.
-    Failed,
-    /// The free callback ran meanwhile: the mapping is the driver's and dead. dma_map fails.
-    TornDown,
+impl NPin {
+    /// May the driver still call our callback for N?
+    fn armed(self) -> bool {
+        matches!(
+            self,
+            NPin::Pinning | NPin::Armed | NPin::Unpinning | NPin::Abandoned
+        )
+    }
 }
 
-/// Whether to make an unmap or unpin call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReleaseCall {
-    /// Call the driver.
-    Call,
-    /// Nothing to do: the driver already tore it down (or it was never there).
-    Skip,
+/// Where the host's current call is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum HostStage {
+    Start,
+    /// Waiting for the result of this call.
+    Waiting(Op),
+    /// dma_map failed after mapping P: unmap it, then fail with this.
+    Undo(Refusal),
+    /// The undoing unmap is in flight; then fail with this.
+    Undoing(Refusal),
+    /// put_pages / release: let go of everything this registration holds.
+    LetGo,
+    /// Give this answer next.
+    Finish(Result<(), Refusal>),
 }
 
-/// How to carry out put_pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UnpinPlan {
-    /// Unmap the DMA mapping first (the host skipped dma_unmap).
-    pub unmap_first: bool,
-    /// Unpin through the driver; `Skip` when the driver already tore the pin down.
-    pub unpin: ReleaseCall,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct HostActivity {
+    call: HostCall,
+    caller: Tgid,
+    stage: HostStage,
 }
 
-/// What the free callback must do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallbackPlan {
-    /// Ask the host to invalidate `core_context`, without our lock held.
-    Invalidate { core_context: u64 },
-    /// Do not call the host: a driver call of ours for this registration is in flight (the host is
-    /// registering or deregistering it and holds its lock), or the host already released it.
-    SkipInvalidate,
-    /// Not ours to act on (a persistent registration, or no driver reference): do nothing.
-    Ignore,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum CallbackStage {
+    Idle,
+    /// Started: decide whether the host is to be asked to invalidate.
+    Start,
+    /// The host's invalidate is in flight.
+    Invalidating,
+    /// Hand over to the work item and return.
+    Finish,
+    /// Returned (the driver calls a pin back at most once).
+    Done,
 }
 
-/// What release must clean up before the registration goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReleasePlan {
-    /// A persistent probe pin from acquire that get_pages never used.
-    pub put_probe_pin: Option<GpuRange>,
-    /// The host released without put_pages: unmap (if mapped) and unpin ourselves.
-    pub unmap: bool,
-    pub unpin: bool,
+/// What an actor has to tell the glue before its next call or answer: the glue's side effects
+/// that follow from a result, decided under the lock with the result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+struct Pending {
+    note: Option<Event>,
+    drop_driver_ref: bool,
+    queue_work: bool,
+}
+
+impl Pending {
+    fn take(&mut self) -> Option<Step> {
+        if let Some(e) = self.note.take() {
+            return Some(Step::Note(e));
+        }
+        if core::mem::take(&mut self.drop_driver_ref) {
+            return Some(Step::DropDriverRef);
+        }
+        if core::mem::take(&mut self.queue_work) {
+            return Some(Step::QueueWork);
+        }
+        None
+    }
 }
 
 /// The state of one registration. See the module documentation for the rules.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Registration {
     flavour: Flavour,
-    /// The GPU pages acquire accepted.
     range: GpuRange,
-    phase: Phase,
-    in_flight: Option<Call>,
-    torn_down: bool,
-    callback_running: bool,
-    driver_ref: DriverRef,
-    probe_pin: Option<GpuRange>,
+    owner: Tgid,
     core_context: u64,
+    phase: Phase,
+    /// The persistent pin P is held (taken by acquire; until `UnpinP` returns).
+    p_held: bool,
+    /// A call on P (map, unmap, unpin) is in flight, or P is reserved by a dma_map from its
+    /// allocation to its commit. One at a time, whoever makes it.
+    p_busy: Option<Op>,
+    /// P is DMA-mapped for the host's device.
+    mapped: bool,
+    /// P is to be unpinned (the host let go, or the callback took over for a host that will not).
+    release_p: bool,
+    n: NPin,
+    /// The driver holds the reference handed over with `PinN`.
+    driver_ref: bool,
+    callback: CallbackStage,
+    host: Option<HostActivity>,
+    host_pending: Pending,
+    work_pending: Pending,
+    /// The work item is queued (it will look at the state when it runs).
+    work_queued: bool,
+    /// The work item is running.
+    work_running: bool,
+    /// A callback handed its reference to the work item: the work item waits for the teardown
+    /// that called it to finish (`DriverBarrier`) before it lets that reference go.
+    barrier_pending: bool,
 }
 
 impl Registration {
-    /// A registration acquire accepted. `probe_pin` is the persistent pin acquire kept, if any.
-    pub fn acquired(flavour: Flavour, range: GpuRange, keep_probe_pin: bool) -> Self {
+    /// A registration acquire accepted, holding the persistent pin P it took, for `owner`.
+    pub fn acquired(flavour: Flavour, range: GpuRange, owner: Tgid) -> Self {
         Self {
             flavour,
             range,
-            phase: Phase::Acquired,
-            in_flight: None,
-            torn_down: false,
-            callback_running: false,
-            driver_ref: DriverRef::None,
-            probe_pin: if keep_probe_pin && flavour == Flavour::Persistent {
-                Some(range)
-            } else {
-                None
-            },
+            owner,
             core_context: 0,
+            phase: Phase::Acquired,
+            p_held: true,
+            p_busy: None,
+            mapped: false,
+            release_p: false,
+            n: NPin::None,
+            driver_ref: false,
+            callback: CallbackStage::Idle,
+            host: None,
+            host_pending: Pending::default(),
+            work_pending: Pending::default(),
+            work_queued: false,
+            work_running: false,
+            barrier_pending: false,
         }
     }
 
@@ -204,416 +387,788 @@ impl Registration {
     pub fn range(&self) -> GpuRange {
         self.range
     }
+    pub fn owner(&self) -> Tgid {
+        self.owner
+    }
     pub fn phase(&self) -> Phase {
         self.phase
-    }
-    pub fn in_flight(&self) -> Option<Call> {
-        self.in_flight
-    }
-    pub fn torn_down(&self) -> bool {
-        self.torn_down
-    }
-    pub fn driver_ref(&self) -> DriverRef {
-        self.driver_ref
     }
     pub fn core_context(&self) -> u64 {
         self.core_context
     }
-    pub fn probe_pin(&self) -> Option<GpuRange> {
-        self.probe_pin
+    pub fn n_pin(&self) -> NPin {
+        self.n
     }
+    /// Does the driver hold a reference to this registration (as a callback's `data`)?
+    pub fn driver_holds_ref(&self) -> bool {
+        self.driver_ref
+    }
+    /// Is P still pinned?
+    pub fn holds_persistent_pin(&self) -> bool {
+        self.p_held
+    }
+    /// Is P DMA-mapped?
+    pub fn is_mapped(&self) -> bool {
+        self.mapped
+    }
+    /// Is a free callback of this registration running?
     pub fn callback_running(&self) -> bool {
-        self.callback_running
+        matches!(
+            self.callback,
+            CallbackStage::Start | CallbackStage::Invalidating | CallbackStage::Finish
+        )
+    }
+    /// Is a host call between its steps?
+    pub fn host_call_in_flight(&self) -> bool {
+        self.host.is_some()
+    }
+    /// Is the work item queued or running?
+    pub fn work_pending(&self) -> bool {
+        self.work_queued || self.work_running || self.barrier_pending
+    }
+    /// Nothing of the driver's is held any more and no actor is busy.
+    pub fn quiescent(&self) -> bool {
+        !self.p_held
+            && !self.mapped
+            && !self.driver_ref
+            && !self.n.armed()
+            && self.host.is_none()
+            && !self.callback_running()
+            && !self.work_pending()
     }
 
-    /// May the glue read the page table (and, when mapped, the mapping) right now?
-    pub fn driver_structures_alive(&self) -> bool {
-        !self.torn_down && matches!(self.phase, Phase::Pinned | Phase::Mapped)
+    /// May the host's current call make a driver call that takes the API lock? Not while a
+    /// callback of this registration runs (rule 3): the host may hold the mapping lock that the
+    /// callback's invalidation waits for, while the callback's task holds the API lock.
+    fn host_may_take_api_lock(&self) -> bool {
+        !self.callback_running()
     }
 
-    /// Does the registration still hold a pin the driver has not torn down?
-    pub fn holds_pin(&self) -> bool {
-        self.driver_structures_alive() || self.probe_pin.is_some()
-    }
-
-    fn start(&mut self, call: Call) -> Result<(), Violation> {
-        if self.in_flight.is_some() {
+    /// The host starts `call` from process `caller`.
+    pub fn begin(&mut self, call: HostCall, caller: Tgid) -> Result<(), Violation> {
+        if self.host.is_some() {
             return Err(Violation::Overlap);
         }
-        self.in_flight = Some(call);
+        match call {
+            HostCall::GetPages {
+                range,
+                core_context,
+            } => {
+                if self.phase != Phase::Acquired || self.n != NPin::None {
+                    return Err(Violation::OutOfOrder);
+                }
+                if range != self.range {
+                    return Err(Violation::RangeMismatch);
+                }
+                self.core_context = core_context;
+            }
+            HostCall::DmaMap => {
+                if self.phase != Phase::Pinned {
+                    return Err(Violation::OutOfOrder);
+                }
+            }
+            HostCall::DmaUnmap => {
+                if self.phase == Phase::Released {
+                    return Err(Violation::OutOfOrder);
+                }
+                // Leaving `Mapped` first thing: from here on a callback sees a host call in flight.
+                if self.phase == Phase::Mapped {
+                    self.phase = Phase::Unmapped;
+                }
+            }
+            HostCall::PutPages => match self.phase {
+                Phase::Pinned | Phase::Mapped | Phase::Unmapped => {
+                    self.phase = Phase::Unpinned;
+                    self.release_p = true;
+                }
+                // After a failed get_pages the host does not call put_pages; harmless if it does.
+                Phase::Acquired => {}
+                Phase::Unpinned | Phase::Released => return Err(Violation::OutOfOrder),
+            },
+            HostCall::Release => {
+                if self.phase == Phase::Released {
+                    return Err(Violation::OutOfOrder);
+                }
+                if matches!(self.phase, Phase::Pinned | Phase::Mapped | Phase::Unmapped) {
+                    // Pinned for the host and never put: the host skipped put_pages.
+                    self.host_pending.note = Some(Event::ReleasedWithoutPutPages);
+                }
+                self.phase = Phase::Released;
+                self.release_p = true;
+            }
+        }
+        self.host = Some(HostActivity {
+            call,
+            caller,
+            stage: HostStage::Start,
+        });
         Ok(())
     }
 
-    fn end(&mut self, call: Call) -> Result<(), Violation> {
-        if self.in_flight != Some(call) {
-            return Err(Violation::OutOfOrder);
-        }
-        self.in_flight = None;
-        Ok(())
-    }
-
-    /// get_pages arrived for `range` with the host's `core_context`.
-    pub fn begin_get_pages(
-        &mut self,
-        range: GpuRange,
-        core_context: u64,
-    ) -> Result<PinPlan, Violation> {
-        if self.phase != Phase::Acquired {
-            return Err(if self.in_flight.is_some() {
-                Violation::Overlap
-            } else {
-                Violation::OutOfOrder
-            });
-        }
-        if range != self.range {
-            return Err(Violation::RangeMismatch);
-        }
-        if self.in_flight.is_some() {
-            return Err(Violation::Overlap);
-        }
-        self.core_context = core_context;
-        if self.probe_pin == Some(range) {
-            self.probe_pin = None;
-            self.phase = Phase::Pinned;
-            return Ok(PinPlan::ReuseProbePin);
-        }
-        self.start(Call::GetPages)?;
-        let drop_probe_pin = self.probe_pin.take();
-        if self.flavour == Flavour::Invalidating {
-            self.driver_ref = DriverRef::Held;
-        }
-        Ok(PinPlan::Pin { drop_probe_pin })
-    }
-
-    /// get_pages' driver call returned (`pinned`: it succeeded).
-    pub fn finish_get_pages(&mut self, pinned: bool) -> Result<PinOutcome, Violation> {
-        self.end(Call::GetPages)?;
-        if !pinned {
-            // The driver kept nothing, so it cannot call back: its reference goes, unless a callback
-            // somehow claimed it (then the callback drops it).
-            let drop_driver_ref = self.driver_ref == DriverRef::Held;
-            if drop_driver_ref {
-                self.driver_ref = DriverRef::None;
-            }
-            return Ok(PinOutcome::Failed { drop_driver_ref });
-        }
-        self.phase = Phase::Pinned;
-        Ok(if self.torn_down {
-            PinOutcome::TornDown
-        } else {
-            PinOutcome::Pinned
-        })
-    }
-
-    /// dma_map arrived. `Ok(false)`: the memory is being freed, refuse without a driver call.
-    pub fn begin_dma_map(&mut self) -> Result<bool, Violation> {
-        if self.phase != Phase::Pinned {
-            return Err(if self.in_flight.is_some() {
-                Violation::Overlap
-            } else {
-                Violation::OutOfOrder
-            });
-        }
-        if self.torn_down {
-            return Ok(false);
-        }
-        self.start(Call::DmaMap)?;
-        Ok(true)
-    }
-
-    /// dma_map's driver call returned.
-    pub fn finish_dma_map(&mut self, mapped: bool) -> Result<MapOutcome, Violation> {
-        self.end(Call::DmaMap)?;
-        if !mapped {
-            return Ok(MapOutcome::Failed);
-        }
-        if self.torn_down {
-            return Ok(MapOutcome::TornDown);
-        }
-        self.phase = Phase::Mapped;
-        Ok(MapOutcome::Mapped)
-    }
-
-    /// dma_unmap arrived (from deregistration, from the host's invalidation on the callback's task,
-    /// or from our own dma_map undoing a mapping it cannot use).
-    pub fn begin_dma_unmap(&mut self) -> Result<ReleaseCall, Violation> {
-        if self.in_flight.is_some() {
-            return Err(Violation::Overlap);
-        }
-        if self.phase != Phase::Mapped {
-            // Nothing mapped: a second dma_unmap, or one after a failed dma_map. Harmless.
-            return Ok(ReleaseCall::Skip);
-        }
-        self.phase = Phase::Pinned;
-        if self.torn_down {
-            return Ok(ReleaseCall::Skip);
-        }
-        self.start(Call::DmaUnmap)?;
-        Ok(ReleaseCall::Call)
-    }
-
-    /// dma_unmap's driver call returned.
-    pub fn finish_dma_unmap(&mut self) -> Result<(), Violation> {
-        self.end(Call::DmaUnmap)
-    }
-
-    /// put_pages arrived.
-    pub fn begin_put_pages(&mut self) -> Result<UnpinPlan, Violation> {
-        if self.in_flight.is_some() {
-            return Err(Violation::Overlap);
-        }
-        match self.phase {
-            Phase::Pinned | Phase::Mapped => {}
-            // Already unpinned, or never pinned: nothing to give back.
-            Phase::Unpinned | Phase::Acquired => {
-                return Ok(UnpinPlan {
-                    unmap_first: false,
-                    unpin: ReleaseCall::Skip,
-                })
-            }
-            Phase::Released => return Err(Violation::OutOfOrder),
-        }
-        let unmap_first = self.phase == Phase::Mapped && !self.torn_down;
-        self.phase = Phase::Unpinned;
-        if self.torn_down {
-            return Ok(UnpinPlan {
-                unmap_first: false,
-                unpin: ReleaseCall::Skip,
-            });
-        }
-        self.start(Call::PutPages)?;
-        Ok(UnpinPlan {
-            unmap_first,
-            unpin: ReleaseCall::Call,
-        })
-    }
-
-    /// put_pages' driver call returned (`unpinned`: it returned 0). Returns whether the driver's
-    /// reference must be dropped now.
-    pub fn finish_put_pages(&mut self, unpinned: bool) -> Result<bool, Violation> {
-        self.end(Call::PutPages)?;
-        // Only a confirmed unpin (0) means the driver will never call back. On an error we keep the
-        // reference: a leak of one small structure is better than a callback into freed memory.
-        if unpinned && self.driver_ref == DriverRef::Held {
-            self.driver_ref = DriverRef::None;
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// The driver's free callback started.
-    pub fn begin_callback(&mut self) -> CallbackPlan {
-        if self.flavour != Flavour::Invalidating || self.driver_ref != DriverRef::Held {
-            return CallbackPlan::Ignore;
-        }
-        self.driver_ref = DriverRef::Claimed;
-        self.torn_down = true;
-        self.callback_running = true;
-        if self.in_flight.is_some() || self.phase == Phase::Released {
-            CallbackPlan::SkipInvalidate
-        } else {
-            CallbackPlan::Invalidate {
-                core_context: self.core_context,
-            }
-        }
-    }
-
-    /// The free callback is about to return (after which the driver frees its structures). Returns
-    /// whether the callback must drop the driver's reference (it always must after `begin_callback`
-    /// returned something other than `Ignore`).
-    pub fn end_callback(&mut self) -> bool {
-        if !self.callback_running {
+    /// The driver's free callback started. `false`: it is not ours to act on (a persistent
+    /// registration, or no pin of ours the driver could call back for): return at once.
+    pub fn begin_callback(&mut self) -> bool {
+        if self.flavour != Flavour::Invalidating
+            || !self.driver_ref
+            || !self.n.armed()
+            || self.callback != CallbackStage::Idle
+        {
             return false;
         }
-        self.callback_running = false;
-        self.driver_ref = DriverRef::None;
+        self.n = NPin::TornDown;
+        self.callback = CallbackStage::Start;
         true
     }
 
-    /// release arrived: the host is done. Says what is left to clean up.
-    pub fn release(&mut self) -> Result<ReleasePlan, Violation> {
-        if self.in_flight.is_some() {
-            return Err(Violation::Overlap);
-        }
-        if self.phase == Phase::Released {
-            return Err(Violation::OutOfOrder);
-        }
-        let alive = !self.torn_down;
-        let plan = ReleasePlan {
-            put_probe_pin: self.probe_pin.take(),
-            unmap: alive && self.phase == Phase::Mapped,
-            unpin: alive && matches!(self.phase, Phase::Pinned | Phase::Mapped),
-        };
-        self.phase = Phase::Released;
-        Ok(plan)
+    /// The work item started running.
+    pub fn begin_work(&mut self) {
+        self.work_queued = false;
+        self.work_running = true;
     }
 
-    /// After a release that had to unpin: the driver confirmed the unpin (`unpinned`). Returns
-    /// whether the driver's reference must be dropped.
-    pub fn released_unpin_done(&mut self, unpinned: bool) -> bool {
-        if unpinned && self.driver_ref == DriverRef::Held {
-            self.driver_ref = DriverRef::None;
-            return true;
+    /// The next step for `actor`.
+    pub fn next(&mut self, actor: Actor) -> Step {
+        match actor {
+            Actor::Host => self.next_host(),
+            Actor::Callback => self.next_callback(),
+            Actor::Work => self.next_work(),
         }
-        false
+    }
+
+    /// `actor`'s call `op` returned `result` (`Err` holds a positive errno). The caller holds the
+    /// lock, and carries out the returned [`Commit`] before dropping it.
+    pub fn done(&mut self, actor: Actor, op: Op, result: Result<(), i32>) -> Commit {
+        match op {
+            Op::MapP if result.is_ok() => {
+                // P stays reserved for this dma_map until its commit (FillSg).
+                self.mapped = true;
+            }
+            Op::MapP | Op::UnmapP => {
+                if op == Op::UnmapP {
+                    self.mapped = false;
+                }
+                self.p_busy = None;
+            }
+            Op::UnpinP => {
+                // A refused unpin of P is not retried: the pin stays with the driver (no callback
+                // can come of a persistent pin), and the event says so.
+                self.p_held = false;
+                self.p_busy = None;
+                let note = match result {
+                    Ok(()) => Event::Unpinned,
+                    Err(errno) => Event::UnpinPFailed(errno),
+                };
+                match actor {
+                    Actor::Work => self.work_pending.note = Some(note),
+                    _ => self.host_pending.note = Some(note),
+                }
+            }
+            _ => {}
+        }
+        match actor {
+            Actor::Host => self.host_done(op, result),
+            Actor::Callback => {
+                if let Op::Invalidate { .. } = op {
+                    self.callback = CallbackStage::Finish;
+                }
+                Commit::Nothing
+            }
+            Actor::Work => Commit::Nothing,
+        }
+    }
+
+    fn set_host_stage(&mut self, stage: HostStage) {
+        if let Some(h) = self.host.as_mut() {
+            h.stage = stage;
+        }
+    }
+
+    fn host_call(&mut self, op: Op) -> Step {
+        self.set_host_stage(HostStage::Waiting(op));
+        Step::Call(op)
+    }
+
+    fn host_return(&mut self, result: Result<(), Refusal>) -> Step {
+        self.host = None;
+        Step::Return(result)
+    }
+
+    fn next_host(&mut self) -> Step {
+        if let Some(step) = self.host_pending.take() {
+            return step;
+        }
+        let Some(h) = self.host else {
+            return Step::Return(Ok(()));
+        };
+        match h.stage {
+            // Asked again before the call was reported: the glue never does that; repeat it.
+            HostStage::Waiting(op) => Step::Call(op),
+            HostStage::Undoing(_) => Step::Call(Op::UnmapP),
+            HostStage::Finish(result) => self.host_return(result),
+            HostStage::Undo(refusal) => {
+                if self.mapped && self.p_busy.is_none() {
+                    self.p_busy = Some(Op::UnmapP);
+                    self.set_host_stage(HostStage::Undoing(refusal));
+                    return Step::Call(Op::UnmapP);
+                }
+                self.host_return(Err(refusal))
+            }
+            HostStage::LetGo => self.let_go(h.caller),
+            HostStage::Start => match h.call {
+                HostCall::GetPages { .. } => match self.flavour {
+                    Flavour::Persistent => {
+                        // acquire's pin is the registration's pin.
+                        self.phase = Phase::Pinned;
+                        self.host_return(Ok(()))
+                    }
+                    Flavour::Invalidating => {
+                        self.n = NPin::Pinning;
+                        self.driver_ref = true;
+                        self.host_call(Op::PinN)
+                    }
+                },
+                HostCall::DmaMap => {
+                    if self.n == NPin::TornDown || self.callback_running() {
+                        return self.host_return(Err(FREED));
+                    }
+                    if !self.p_held || self.mapped || self.p_busy.is_some() {
+                        // Not reachable: P is the host's alone until the registration is Mapped.
+                        return self.host_return(Err(Refusal::new(EINVAL, Cause::HostProtocol)));
+                    }
+                    // P is reserved for this dma_map from the allocation to the commit.
+                    self.p_busy = Some(Op::MapP);
+                    self.host_call(Op::AllocSg)
+                }
+                HostCall::DmaUnmap => {
+                    if self.mapped && self.p_busy.is_none() {
+                        self.p_busy = Some(Op::UnmapP);
+                        return self.host_call(Op::UnmapP);
+                    }
+                    // Not mapped (after a failed dma_map, a repeated call, or the work item already
+                    // unmapped it), or the work item is unmapping it: nothing to do.
+                    self.host_return(Ok(()))
+                }
+                HostCall::PutPages => {
+                    if self.phase != Phase::Unpinned {
+                        // put_pages after a failed get_pages: nothing was pinned for it.
+                        return self.host_return(Ok(()));
+                    }
+                    self.set_host_stage(HostStage::LetGo);
+                    self.let_go(h.caller)
+                }
+                HostCall::Release => {
+                    self.set_host_stage(HostStage::LetGo);
+                    self.let_go(h.caller)
+                }
+            },
+        }
+    }
+
+    /// put_pages and release: unmap P, unpin N (from the owner only) and P, as this context allows.
+    fn let_go(&mut self, caller: Tgid) -> Step {
+        let api = self.host_may_take_api_lock();
+        if self.mapped && self.p_busy.is_none() {
+            self.p_busy = Some(Op::UnmapP);
+            return self.host_call(Op::UnmapP);
+        }
+        if self.n == NPin::Armed {
+            if caller != self.owner {
+                // nvidia_p2p_put_pages would find nothing among the caller's pins and answer 0:
+                // the pin stays armed, with our reference as its data, until the owner frees it.
+                self.n = NPin::Abandoned;
+                return Step::Note(Event::UnpinNForeign);
+            }
+            if api {
+                self.n = NPin::Unpinning;
+                return self.host_call(Op::UnpinN);
+            }
+            // Not reachable: a running callback has torn N down before anyone could see it armed.
+        }
+        if self.p_held && self.release_p && !self.mapped && self.p_busy.is_none() {
+            if api {
+                self.p_busy = Some(Op::UnpinP);
+                return self.host_call(Op::UnpinP);
+            }
+            if !self.work_queued {
+                self.work_queued = true;
+                return Step::QueueWork;
+            }
+        }
+        // If P is busy, the work item is unmapping or unpinning it, and finishes by itself.
+        self.host_return(Ok(()))
+    }
+
+    fn host_done(&mut self, op: Op, result: Result<(), i32>) -> Commit {
+        let Some(h) = self.host else {
+            return Commit::Nothing;
+        };
+        match (h.call, op) {
+            (HostCall::GetPages { .. }, Op::PinN) => {
+                let answer = match result {
+                    Ok(()) if self.n == NPin::Pinning => {
+                        self.n = NPin::Armed;
+                        self.phase = Phase::Pinned;
+                        Ok(())
+                    }
+                    // The memory was freed between the pin and its return to us: the callback
+                    // has claimed the pin and our reference.
+                    Ok(()) => Err(FREED),
+                    Err(errno) => {
+                        // The driver keeps no callback for a failed pin: its reference comes back.
+                        if self.n == NPin::Pinning {
+                            self.n = NPin::None;
+                        }
+                        if self.driver_ref {
+                            self.driver_ref = false;
+                            self.host_pending.drop_driver_ref = true;
+                        }
+                        // P proves the range was GPU memory of this process at acquire: the driver
+                        // not finding it now means it was freed (or unmapped) meanwhile.
+                        Err(if errno == EINVAL {
+                            FREED
+                        } else {
+                            Refusal::new(errno, Cause::of_pin_errno(errno))
+                        })
+                    }
+                };
+                self.set_host_stage(HostStage::Finish(answer));
+            }
+            (HostCall::DmaMap, Op::AllocSg) => match result {
+                Ok(()) => {
+                    self.set_host_stage(HostStage::Waiting(Op::MapP));
+                }
+                Err(_) => {
+                    self.p_busy = None;
+                    self.set_host_stage(HostStage::Finish(Err(Refusal::new(
+                        ENOMEM,
+                        Cause::OutOfMemory,
+                    ))));
+                }
+            },
+            (HostCall::DmaMap, Op::MapP) => match result {
+                Ok(()) => self.set_host_stage(HostStage::Waiting(Op::FillSg)),
+                Err(errno) => {
+                    let refusal = if self.n == NPin::TornDown {
+                        FREED
+                    } else {
+                        Refusal::new(errno, Cause::of_map_errno(errno))
+                    };
+                    self.set_host_stage(HostStage::Finish(Err(refusal)));
+                }
+            },
+            (HostCall::DmaMap, Op::FillSg) => {
+                // P is no longer reserved: either unmapped next (Undo), or handed to the host.
+                self.p_busy = None;
+                let refusal = match result {
+                    Err(_) => Some(Refusal::new(EINVAL, Cause::UnknownLayout)),
+                    Ok(()) if self.n == NPin::TornDown => Some(FREED),
+                    Ok(()) => None,
+                };
+                match refusal {
+                    Some(refusal) => self.set_host_stage(HostStage::Undo(refusal)),
+                    None => {
+                        // Committed under this very lock: a callback from now on invalidates.
+                        self.phase = Phase::Mapped;
+                        self.set_host_stage(HostStage::Finish(Ok(())));
+                        return Commit::PublishSg;
+                    }
+                }
+            }
+            (HostCall::DmaMap, Op::UnmapP) => {
+                if let HostStage::Undoing(refusal) = h.stage {
+                    self.set_host_stage(HostStage::Finish(Err(refusal)));
+                }
+            }
+            (HostCall::DmaUnmap, Op::UnmapP) => {
+                self.set_host_stage(HostStage::Finish(Ok(())));
+                if self.release_p && self.p_held && !self.work_queued {
+                    // The callback took P over meanwhile: the work item unpins it.
+                    self.work_queued = true;
+                    self.host_pending.queue_work = true;
+                }
+            }
+            (HostCall::PutPages | HostCall::Release, Op::UnmapP | Op::UnpinP) => {
+                self.set_host_stage(HostStage::LetGo);
+            }
+            (HostCall::PutPages | HostCall::Release, Op::UnpinN) => {
+                match result {
+                    Ok(()) => {
+                        if self.n == NPin::Unpinning {
+                            // Found among the owner's pins and unpinned: no callback will come.
+                            // (Had the teardown unlinked it first, its callback, which runs under
+                            // the API lock our call waited for, would have claimed N already.)
+                            self.n = NPin::Gone;
+                            if self.driver_ref {
+                                self.driver_ref = false;
+                                self.host_pending.drop_driver_ref = true;
+                            }
+                        }
+                    }
+                    Err(errno) => {
+                        if self.n == NPin::Unpinning {
+                            self.n = NPin::Abandoned;
+                        }
+                        self.host_pending.note = Some(Event::UnpinNFailed(errno));
+                    }
+                }
+                self.set_host_stage(HostStage::LetGo);
+            }
+            _ => {}
+        }
+        Commit::Nothing
+    }
+
+    fn next_callback(&mut self) -> Step {
+        match self.callback {
+            CallbackStage::Start => {
+                if self.phase == Phase::Mapped {
+                    self.callback = CallbackStage::Invalidating;
+                    return Step::Call(Op::Invalidate {
+                        core_context: self.core_context,
+                    });
+                }
+                self.callback = CallbackStage::Finish;
+                Step::Note(if self.phase == Phase::Released {
+                    Event::LateCallback
+                } else {
+                    Event::InvalidationSkipped
+                })
+            }
+            CallbackStage::Invalidating => Step::Call(Op::Invalidate {
+                core_context: self.core_context,
+            }),
+            CallbackStage::Finish => {
+                self.callback = CallbackStage::Done;
+                if self.phase == Phase::Mapped {
+                    // Still mapped after the invalidation: the host (of an "ex" client) will not
+                    // call dma_unmap/put_pages for it. The work item lets go of P.
+                    self.release_p = true;
+                }
+                // The work item always runs after this: it unpins P if that is wanted, and drops
+                // the driver's reference, which may be the last one.
+                self.driver_ref = false;
+                self.work_queued = true;
+                self.barrier_pending = true;
+                Step::HandDriverRefToWork
+            }
+            CallbackStage::Idle | CallbackStage::Done => Step::Return(Ok(())),
+        }
+    }
+
+    fn next_work(&mut self) -> Step {
+        if let Some(step) = self.work_pending.take() {
+            return step;
+        }
+        if self.barrier_pending {
+            self.barrier_pending = false;
+            return Step::Call(Op::DriverBarrier);
+        }
+        if self.p_held && self.release_p && self.p_busy.is_none() {
+            let op = if self.mapped { Op::UnmapP } else { Op::UnpinP };
+            self.p_busy = Some(op);
+            return Step::Call(op);
+        }
+        // If P is busy, its user (a host call) queues the work item again when done.
+        self.work_running = false;
+        Step::Return(Ok(()))
     }
 }
+
+/// A registration freed while it was being registered.
+const FREED: Refusal = Refusal {
+    errno: crate::logic::cause::EFAULT,
+    cause: Cause::FreedWhileRegistering,
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
+
+    const OWNER: Tgid = 100;
+    const CHILD: Tgid = 200;
 
     fn range() -> GpuRange {
         GpuRange::covering(0x10_0000, 0x2_0000).unwrap()
     }
 
-    #[test]
-    fn invalidating_happy_path() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        assert_eq!(
-            r.begin_get_pages(range(), 7),
-            Ok(PinPlan::Pin {
-                drop_probe_pin: None
+    /// Runs `actor` until it returns, answering each call with `answer`; returns every step.
+    fn run(
+        r: &mut Registration,
+        actor: Actor,
+        mut answer: impl FnMut(&mut Registration, Op) -> Result<(), i32>,
+    ) -> (Vec<Step>, Result<(), Refusal>) {
+        let mut steps = Vec::new();
+        for _ in 0..64 {
+            let step = r.next(actor);
+            steps.push(step);
+            match step {
+                Step::Call(op) => {
+                    let result = answer(r, op);
+                    r.done(actor, op, result);
+                }
+                Step::Return(result) => return (steps, result),
+                // The callback's last step: it returns at once.
+                Step::HandDriverRefToWork => return (steps, Ok(())),
+                _ => {}
+            }
+        }
+        panic!("actor {actor:?} did not return: {steps:?}");
+    }
+
+    fn ok(_: &mut Registration, _: Op) -> Result<(), i32> {
+        Ok(())
+    }
+
+    fn calls(steps: &[Step]) -> Vec<Op> {
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Call(op) => Some(*op),
+                _ => None,
             })
-        );
-        assert_eq!(r.driver_ref(), DriverRef::Held);
-        assert_eq!(r.finish_get_pages(true), Ok(PinOutcome::Pinned));
-        assert_eq!(r.begin_dma_map(), Ok(true));
-        assert_eq!(r.finish_dma_map(true), Ok(MapOutcome::Mapped));
-        assert!(r.driver_structures_alive());
-        assert_eq!(r.begin_dma_unmap(), Ok(ReleaseCall::Call));
-        r.finish_dma_unmap().unwrap();
+            .collect()
+    }
+
+    /// Runs a host call that succeeds; returns its steps.
+    fn host(r: &mut Registration, call: HostCall, caller: Tgid) -> Vec<Step> {
+        r.begin(call, caller).unwrap();
+        let (steps, result) = run(r, Actor::Host, ok);
+        assert_eq!(result, Ok(()), "{call:?}: {steps:?}");
+        steps
+    }
+
+    fn get_pages() -> HostCall {
+        HostCall::GetPages {
+            range: range(),
+            core_context: 7,
+        }
+    }
+
+    fn mapped(flavour: Flavour) -> Registration {
+        let mut r = Registration::acquired(flavour, range(), OWNER);
+        host(&mut r, get_pages(), OWNER);
+        let steps = host(&mut r, HostCall::DmaMap, OWNER);
+        assert_eq!(calls(&steps), [Op::AllocSg, Op::MapP, Op::FillSg]);
+        assert_eq!(r.phase(), Phase::Mapped);
+        r
+    }
+
+    /// Runs the work item if it is queued.
+    fn work(r: &mut Registration) -> Vec<Op> {
+        assert!(r.work_pending(), "no work queued: {r:?}");
+        r.begin_work();
+        calls(&run(r, Actor::Work, ok).0)
+    }
+
+    #[test]
+    fn persistent_registration_pins_once_and_lets_go_from_any_task() {
+        let mut r = mapped(Flavour::Persistent);
         assert_eq!(
-            r.begin_put_pages(),
-            Ok(UnpinPlan {
-                unmap_first: false,
-                unpin: ReleaseCall::Call
-            })
+            calls(&host(&mut r, HostCall::DmaUnmap, CHILD)),
+            [Op::UnmapP]
         );
-        assert_eq!(r.finish_put_pages(true), Ok(true));
-        assert_eq!(r.driver_ref(), DriverRef::None);
+        let steps = host(&mut r, HostCall::PutPages, CHILD);
+        assert_eq!(calls(&steps), [Op::UnpinP]);
+        assert!(steps.contains(&Step::Note(Event::Unpinned)));
+        assert!(calls(&host(&mut r, HostCall::Release, CHILD)).is_empty());
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn invalidating_registration_by_its_owner() {
+        let mut r = mapped(Flavour::Invalidating);
+        assert!(r.driver_holds_ref());
         assert_eq!(
-            r.release(),
-            Ok(ReleasePlan {
-                put_probe_pin: None,
-                unmap: false,
-                unpin: false
-            })
+            calls(&host(&mut r, HostCall::DmaUnmap, OWNER)),
+            [Op::UnmapP]
         );
+        let steps = host(&mut r, HostCall::PutPages, OWNER);
+        assert_eq!(calls(&steps), [Op::UnpinN, Op::UnpinP]);
+        assert!(steps.contains(&Step::DropDriverRef));
+        host(&mut r, HostCall::Release, OWNER);
+        assert!(r.quiescent());
     }
 
     #[test]
-    fn persistent_reuses_the_probe_pin() {
-        let mut r = Registration::acquired(Flavour::Persistent, range(), true);
-        assert_eq!(r.begin_get_pages(range(), 0), Ok(PinPlan::ReuseProbePin));
-        assert_eq!(r.phase(), Phase::Pinned);
-        assert_eq!(r.in_flight(), None);
-        assert_eq!(r.driver_ref(), DriverRef::None);
-    }
-
-    #[test]
-    fn persistent_probe_pin_released_when_unused() {
-        let mut r = Registration::acquired(Flavour::Persistent, range(), true);
-        assert_eq!(r.release().unwrap().put_probe_pin, Some(range()));
-    }
-
-    #[test]
-    fn get_pages_for_another_range_is_refused() {
-        let mut r = Registration::acquired(Flavour::Persistent, range(), true);
-        let other = GpuRange::covering(0x20_0000, 0x1_0000).unwrap();
-        assert_eq!(r.begin_get_pages(other, 0), Err(Violation::RangeMismatch));
-        // The probe pin is still there for release to return.
-        assert_eq!(r.release().unwrap().put_probe_pin, Some(range()));
-    }
-
-    #[test]
-    fn callback_during_deregistration_does_not_call_the_host() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        r.begin_get_pages(range(), 3).unwrap();
-        r.finish_get_pages(true).unwrap();
-        r.begin_dma_map().unwrap();
-        r.finish_dma_map(true).unwrap();
-        assert_eq!(r.begin_dma_unmap(), Ok(ReleaseCall::Call));
-        // The driver starts tearing down while our unmap call waits for its lock.
-        assert_eq!(r.begin_callback(), CallbackPlan::SkipInvalidate);
-        assert!(r.end_callback());
-        r.finish_dma_unmap().unwrap();
-        assert_eq!(r.begin_put_pages().unwrap().unpin, ReleaseCall::Skip);
-        assert_eq!(r.driver_ref(), DriverRef::None);
-    }
-
-    #[test]
-    fn callback_while_idle_invalidates_and_later_calls_skip_the_driver() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        r.begin_get_pages(range(), 9).unwrap();
-        r.finish_get_pages(true).unwrap();
-        r.begin_dma_map().unwrap();
-        r.finish_dma_map(true).unwrap();
+    fn a_foreign_task_cannot_unpin_n_so_the_registration_waits_for_the_callback() {
+        let mut r = mapped(Flavour::Invalidating);
+        host(&mut r, HostCall::DmaUnmap, CHILD);
+        let steps = host(&mut r, HostCall::PutPages, CHILD);
+        // P goes (any task may unpin it); N stays with the driver, and so does its reference.
+        assert_eq!(calls(&steps), [Op::UnpinP]);
+        assert!(steps.contains(&Step::Note(Event::UnpinNForeign)));
+        host(&mut r, HostCall::Release, CHILD);
+        assert!(r.driver_holds_ref());
+        assert!(!r.quiescent());
+        // The owner frees the memory: the callback leaves the host alone and lets go.
+        assert!(r.begin_callback());
+        let (steps, _) = run(&mut r, Actor::Callback, ok);
         assert_eq!(
-            r.begin_callback(),
-            CallbackPlan::Invalidate { core_context: 9 }
+            steps,
+            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
         );
-        // A legacy host unmaps and unpins inline, on the callback's task.
-        assert_eq!(r.begin_dma_unmap(), Ok(ReleaseCall::Skip));
-        assert_eq!(r.begin_put_pages().unwrap().unpin, ReleaseCall::Skip);
-        assert!(r.end_callback());
+        // The work item waits for the teardown to be over, then drops the reference.
+        assert_eq!(work(&mut r), [Op::DriverBarrier]);
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn callback_on_a_mapped_registration_invalidates_and_the_work_item_lets_go_of_p() {
+        // An "ex" host: invalidation makes no calls into the client.
+        let mut r = mapped(Flavour::Invalidating);
+        assert!(r.begin_callback());
+        let (steps, _) = run(&mut r, Actor::Callback, ok);
+        assert_eq!(calls(&steps), [Op::Invalidate { core_context: 7 }]);
+        assert!(steps.iter().all(|s| match s {
+            Step::Call(op) => !op.takes_driver_api_lock(),
+            _ => true,
+        }));
+        assert_eq!(work(&mut r), [Op::DriverBarrier, Op::UnmapP, Op::UnpinP]);
+        // The host deregisters the invalidated MR later: nothing left to do.
+        assert!(calls(&host(&mut r, HostCall::Release, CHILD)).is_empty());
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn legacy_host_unmaps_inline_and_the_unpin_is_left_to_the_work_item() {
+        let mut r = mapped(Flavour::Invalidating);
+        assert!(r.begin_callback());
+        let (steps, _) = run(&mut r, Actor::Callback, |r, op| {
+            if let Op::Invalidate { .. } = op {
+                // The legacy host calls dma_unmap and put_pages on the callback's task.
+                let s = host(r, HostCall::DmaUnmap, OWNER);
+                assert_eq!(calls(&s), [Op::UnmapP]);
+                let s = host(r, HostCall::PutPages, OWNER);
+                assert!(
+                    calls(&s).is_empty(),
+                    "no API-lock call under the callback: {s:?}"
+                );
+                assert!(s.contains(&Step::QueueWork));
+            }
+            Ok(())
+        });
+        assert_eq!(calls(&steps), [Op::Invalidate { core_context: 7 }]);
+        assert_eq!(work(&mut r), [Op::DriverBarrier, Op::UnpinP]);
+        host(&mut r, HostCall::Release, OWNER);
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn callback_during_dma_map_fails_the_map_without_invalidating() {
+        let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
+        host(&mut r, get_pages(), OWNER);
+        r.begin(HostCall::DmaMap, OWNER).unwrap();
+        let (steps, result) = run(&mut r, Actor::Host, |r, op| {
+            if op == Op::MapP {
+                // cudaFree while our dma_map_pages of P waits for the driver's API lock.
+                assert!(r.begin_callback());
+                let (cb, _) = run(r, Actor::Callback, ok);
+                assert!(calls(&cb).is_empty());
+                assert!(cb.contains(&Step::Note(Event::InvalidationSkipped)));
+            }
+            Ok(())
+        });
         assert_eq!(
-            r.release(),
-            Ok(ReleasePlan {
-                put_probe_pin: None,
-                unmap: false,
-                unpin: false
-            })
+            calls(&steps),
+            [Op::AllocSg, Op::MapP, Op::FillSg, Op::UnmapP]
         );
+        assert_eq!(result, Err(FREED));
+        // The host unwinds: put_pages (P goes), release.
+        let steps = host(&mut r, HostCall::PutPages, OWNER);
+        assert_eq!(calls(&steps), [Op::UnpinP]);
+        host(&mut r, HostCall::Release, OWNER);
+        work(&mut r);
+        assert!(r.quiescent());
     }
 
     #[test]
-    fn teardown_during_dma_map_fails_the_map() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        r.begin_get_pages(range(), 1).unwrap();
-        r.finish_get_pages(true).unwrap();
-        r.begin_dma_map().unwrap();
-        assert_eq!(r.begin_callback(), CallbackPlan::SkipInvalidate);
-        assert!(r.end_callback());
-        assert_eq!(r.finish_dma_map(true), Ok(MapOutcome::TornDown));
-        assert_eq!(r.begin_put_pages().unwrap().unpin, ReleaseCall::Skip);
+    fn callback_while_get_pages_returns_fails_it_and_keeps_the_reference_with_the_callback() {
+        let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
+        r.begin(get_pages(), OWNER).unwrap();
+        let (steps, result) = run(&mut r, Actor::Host, |r, _| {
+            assert!(r.begin_callback());
+            assert_eq!(run(r, Actor::Callback, ok).1, Ok(()));
+            Ok(())
+        });
+        assert_eq!(result, Err(FREED));
+        assert!(!steps.contains(&Step::DropDriverRef));
+        host(&mut r, HostCall::Release, OWNER);
+        work(&mut r);
+        assert!(r.quiescent());
     }
 
     #[test]
-    fn failed_put_keeps_the_driver_reference() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        r.begin_get_pages(range(), 1).unwrap();
-        r.finish_get_pages(true).unwrap();
-        r.begin_put_pages().unwrap();
-        assert_eq!(r.finish_put_pages(false), Ok(false));
-        assert_eq!(r.driver_ref(), DriverRef::Held);
+    fn failed_pin_gives_the_reference_back_and_says_why() {
+        let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
+        r.begin(get_pages(), OWNER).unwrap();
+        let (steps, result) = run(&mut r, Actor::Host, |_, _| Err(EINVAL));
+        assert!(steps.contains(&Step::DropDriverRef));
+        assert_eq!(result, Err(FREED));
+        let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
+        r.begin(get_pages(), OWNER).unwrap();
+        let (_, result) = run(&mut r, Actor::Host, |_, _| Err(ENOMEM));
+        assert_eq!(result, Err(Refusal::new(ENOMEM, Cause::Bar1Exhausted)));
+    }
+
+    #[test]
+    fn a_refused_unpin_of_n_keeps_the_registration_for_the_callback() {
+        let mut r = mapped(Flavour::Invalidating);
+        host(&mut r, HostCall::DmaUnmap, OWNER);
+        r.begin(HostCall::PutPages, OWNER).unwrap();
+        let (steps, _) = run(&mut r, Actor::Host, |_, op| {
+            if op == Op::UnpinN {
+                Err(5)
+            } else {
+                Ok(())
+            }
+        });
+        assert!(steps.contains(&Step::Note(Event::UnpinNFailed(5))));
+        assert!(r.driver_holds_ref());
+        host(&mut r, HostCall::Release, OWNER);
+        assert!(r.begin_callback());
+        assert_eq!(run(&mut r, Actor::Callback, ok).1, Ok(()));
+        work(&mut r);
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn release_without_put_pages_lets_go_and_says_so() {
+        let mut r = mapped(Flavour::Invalidating);
+        let steps = host(&mut r, HostCall::Release, OWNER);
+        assert_eq!(steps[0], Step::Note(Event::ReleasedWithoutPutPages));
+        assert_eq!(calls(&steps), [Op::UnmapP, Op::UnpinN, Op::UnpinP]);
+        assert!(r.quiescent());
     }
 
     #[test]
     fn protocol_violations_are_refused() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        assert_eq!(r.begin_dma_map(), Err(Violation::OutOfOrder));
-        r.begin_get_pages(range(), 1).unwrap();
-        assert_eq!(r.begin_get_pages(range(), 1), Err(Violation::Overlap));
-        assert_eq!(r.release(), Err(Violation::Overlap));
-        assert_eq!(r.finish_dma_map(true), Err(Violation::OutOfOrder));
+        let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
+        assert_eq!(r.begin(HostCall::DmaMap, OWNER), Err(Violation::OutOfOrder));
+        let other = GpuRange::covering(0x20_0000, 0x1_0000).unwrap();
+        assert_eq!(
+            r.begin(
+                HostCall::GetPages {
+                    range: other,
+                    core_context: 1
+                },
+                OWNER
+            ),
+            Err(Violation::RangeMismatch)
+        );
+        r.begin(get_pages(), OWNER).unwrap();
+        assert_eq!(r.begin(HostCall::Release, OWNER), Err(Violation::Overlap));
+        assert_eq!(run(&mut r, Actor::Host, ok).1, Ok(()));
+        host(&mut r, HostCall::Release, OWNER);
+        assert_eq!(
+            r.begin(HostCall::Release, OWNER),
+            Err(Violation::OutOfOrder)
+        );
     }
 
     #[test]
-    fn release_without_put_pages_cleans_up() {
-        let mut r = Registration::acquired(Flavour::Invalidating, range(), false);
-        r.begin_get_pages(range(), 1).unwrap();
-        r.finish_get_pages(true).unwrap();
-        r.begin_dma_map().unwrap();
-        r.finish_dma_map(true).unwrap();
-        assert_eq!(
-            r.release(),
-            Ok(ReleasePlan {
-                put_probe_pin: None,
-                unmap: true,
-                unpin: true
-            })
-        );
-        assert!(r.released_unpin_done(true));
+    fn persistent_registrations_never_act_on_callbacks() {
+        let mut r = mapped(Flavour::Persistent);
+        assert!(!r.begin_callback());
     }
 }

@@ -25,6 +25,18 @@ pub struct Snapshot {
     pub invalidations_skipped: u64,
     /// Registrations released.
     pub releases: u64,
+    /// Free callbacks that came after the host had released the registration (its pin had been
+    /// left to the driver).
+    pub late_callbacks: u64,
+    /// Non-persistent pins that a task other than the registering process could not unpin: each
+    /// stays with the driver (and keeps peermem-rs loaded) until that process frees the memory or
+    /// exits.
+    pub foreign_unpins: u64,
+    /// Unpins the NVIDIA driver refused.
+    pub unpin_failures: u64,
+    /// Persistent pins unpinned by peermem-rs's work item (after an invalidation, or for a host
+    /// call made while a free callback ran).
+    pub deferred_unpins: u64,
     /// Refusals by cause, indexed by `Cause::index`.
     pub errors: [u64; Cause::COUNT],
 }
@@ -38,6 +50,10 @@ impl fmt::Display for Snapshot {
         writeln!(f, "invalidations {}", self.invalidations)?;
         writeln!(f, "invalidations_skipped {}", self.invalidations_skipped)?;
         writeln!(f, "releases {}", self.releases)?;
+        writeln!(f, "late_callbacks {}", self.late_callbacks)?;
+        writeln!(f, "foreign_unpins {}", self.foreign_unpins)?;
+        writeln!(f, "unpin_failures {}", self.unpin_failures)?;
+        writeln!(f, "deferred_unpins {}", self.deferred_unpins)?;
         for c in Cause::ALL {
             writeln!(f, "error_{} {}", c.name(), self.errors[c.index()])?;
         }
@@ -61,6 +77,6 @@ mod tests {
         let text = s.to_string();
         assert!(text.starts_with("live_registrations 2\npinned_bytes 131072\n"));
         assert!(text.contains("\nerror_bar1_exhausted 3\n"));
-        assert_eq!(text.lines().count(), 7 + Cause::COUNT);
+        assert_eq!(text.lines().count(), 11 + Cause::COUNT);
     }
 }

@@ -1,0 +1,1396 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! An exhaustive model check of peermem-rs's registration protocol against a model of the real
+//! providers.
+//!
+//! The model is a small machine of threads, each a stack of frames that advance one atomic step at
+//! a time; the checker (`stateright`, breadth first) explores every interleaving of every thread's
+//! steps, from every configuration, up to the bound below. What the threads run:
+//!
+//! - **the NVIDIA driver** as `kernel-open/nvidia/nv-p2p.c` and RM's `osapi.c`/`p2p.c`/
+//!   `third_party_p2p.c` behave (550-595, see docs/race-windows.md): one RM API lock, taken for
+//!   write by every `rm_p2p_*` entry (twice in `get_pages`, with a window between the pin and the
+//!   callback's registration), and a re-entry from the task that holds it is a bug (-EIO and a
+//!   WARN); `dma_map_pages` reads the page table before the API lock and links its mapping into the
+//!   pin's allocation (under a semaphore inside it) after dropping it; `dma_unmap_pages` takes only
+//!   that semaphore; `put_pages` finds a pin only among the calling process's and answers 0 when it
+//!   finds nothing; `put_pages_persistent` works from any task; the free path (cudaFree, process
+//!   exit) holds the API lock, calls the pin's free callback, and frees the page table, its DMA
+//!   mappings and the semaphore as soon as the callback returns. Persistent pins are never called
+//!   back and never torn down.
+//! - **the MLNX_OFED host** as `drivers/infiniband/core/peer_mem.c` and mlx5 do it: the per-umem
+//!   mapping lock taken before get_pages and, for an invalidating client, held through dma_map until
+//!   the memory key exists and the notifier is armed; invalidation (looked up by id) takes it,
+//!   revokes, and for a legacy client calls dma_unmap and put_pages inline under it; deregistration
+//!   revokes, stops the notifier (legacy: unmap under the lock; "ex": mark unmapped under the lock,
+//!   unmap after it), then releases; `ib_unregister_peer_memory_client` waits for its users.
+//! - **the tasks of a node**: the owner process registering (`ibv_reg_mr`); the owner freeing the
+//!   memory (cudaFree or exit) at any moment; a deregistration from the owner, from a forked child
+//!   doing the last close, or from a device-removal kworker; our work item; `rmmod`.
+//! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
+//!   `src/client.rs` does (every decision is the state machine's); the previous client runs its state
+//!   machine (`before.rs`) as the glue of commit 8adc715 did.
+//!
+//! Properties: no driver structure used after the driver freed it; no registration used after its
+//! last reference went; no re-entry into the driver's API lock; no module code running after the
+//! module was unloaded; the NIC never keeps a usable memory key on memory the driver freed or on a
+//! dead DMA mapping; no deadlock; and at the end nothing leaked (every pin, mapping, reference,
+//! lock and the work item back to zero).
+//!
+//! Bound: one GPU allocation, one registration of it, one free, one deregistration, one work item
+//! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins.
+
+pub mod before;
+
+use std::fmt;
+
+use peermem_logic::range::GpuRange;
+use peermem_logic::registration::{self as reg, Actor, Commit, HostCall, Op, Step};
+use stateright::{Model, Property};
+
+pub use reg::Flavour;
+
+/// A thread of the model, by index.
+pub type Tid = usize;
+pub const T_REG: Tid = 0;
+pub const T_DEREG: Tid = 1;
+pub const T_FREE: Tid = 2;
+pub const T_WORK: Tid = 3;
+pub const T_RMMOD: Tid = 4;
+const THREADS: usize = 5;
+
+/// Processes (thread-group ids) as the driver tells them apart.
+const OWNER: reg::Tgid = 1;
+const CHILD: reg::Tgid = 2;
+const KWORKER: reg::Tgid = 3;
+const RMMOD: reg::Tgid = 4;
+
+const EINVAL: i32 = 22;
+const EIO: i32 = 5;
+
+/// Which client runs.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Client {
+    /// peermem-rs as it is now.
+    Fixed,
+    /// peermem-rs before the fix (commit 8adc715).
+    Before,
+}
+
+/// Who deregisters the memory.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Dereg {
+    /// The owner process (ibv_dereg_mr, or its exit closing the uverbs file).
+    Owner,
+    /// A forked child that inherited the uverbs file and closes it last.
+    ForkedChild,
+    /// ib_uverbs disassociating on device removal, from a kworker.
+    DeviceRemoval,
+}
+
+impl Dereg {
+    fn tgid(self) -> reg::Tgid {
+        match self {
+            Dereg::Owner => OWNER,
+            Dereg::ForkedChild => CHILD,
+            Dereg::DeviceRemoval => KWORKER,
+        }
+    }
+}
+
+/// One configuration of the node.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Config {
+    pub client: Client,
+    pub flavour: Flavour,
+    /// The client registers as a legacy (non-"ex") client: the host unmaps inside invalidation.
+    pub legacy: bool,
+    pub dereg: Dereg,
+    /// The driver refuses unpins (put_pages and put_pages_persistent return -EIO, pin kept).
+    pub unpin_fails: bool,
+}
+
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} client, {:?} flavour{}, deregistered by {:?}{}",
+            self.client,
+            self.flavour,
+            if self.flavour == Flavour::Invalidating {
+                if self.legacy {
+                    " (legacy host semantics)"
+                } else {
+                    " (ex: PEER_MEM_INVALIDATE_UNMAPS)"
+                }
+            } else {
+                ""
+            },
+            self.dereg,
+            if self.unpin_fails {
+                ", the driver refusing unpins"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl Config {
+    /// Every configuration of `client`.
+    pub fn all(client: Client) -> Vec<Config> {
+        let mut v = Vec::new();
+        for flavour in [Flavour::Persistent, Flavour::Invalidating] {
+            for legacy in [false, true] {
+                if flavour == Flavour::Persistent && legacy {
+                    continue;
+                }
+                for dereg in [Dereg::Owner, Dereg::ForkedChild, Dereg::DeviceRemoval] {
+                    for unpin_fails in [false, true] {
+                        v.push(Config {
+                            client,
+                            flavour,
+                            legacy,
+                            dereg,
+                            unpin_fails,
+                        });
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+/// What went wrong, one property each.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Bug {
+    /// A page table, DMA mapping or pin semaphore used after the driver freed it.
+    DriverUseAfterFree(&'static str),
+    /// peermem-rs's registration used after its last reference went.
+    RegistrationUseAfterFree(&'static str),
+    /// A call that takes the RM API lock made by the task that holds it (the free callback).
+    ApiLockReentered,
+    /// Code of peermem-rs ran after the module was unloaded.
+    ModuleCodeAfterUnload,
+    /// The NIC kept a usable memory key on freed or unmapped memory.
+    NicUsesDeadMemory(&'static str),
+}
+
+/// A pin of the NVIDIA driver, with the page table (and the allocation holding its DMA-mapping
+/// list and semaphore) it hands out.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Default)]
+pub struct Pin {
+    /// The driver tracks it (persistent: pinned; non-persistent: see `armed`).
+    pub tracked: bool,
+    /// Non-persistent pins: the free callback is registered (API-lock section #2 done).
+    pub armed: bool,
+    /// The page table / pin allocation is alive (not freed).
+    pub table_alive: bool,
+    /// A DMA mapping of it exists (alive).
+    pub mapped: bool,
+    /// Ever pinned (to tell "never existed" from "freed").
+    pub existed: bool,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum HostMr {
+    Unmapped,
+    Mapped,
+    Invalidated,
+}
+
+/// A call into the NVIDIA driver.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum DOp {
+    PinP,
+    PinN,
+    UnpinN,
+    UnpinP,
+    /// dma_map_pages of P's table (`true`) or N's (`false`: the previous client).
+    Map(bool),
+    Unmap(bool),
+    /// A put_pages from a kworker that finds nothing: it only takes (and drops) the API lock.
+    Barrier,
+}
+
+/// A frame of peermem-rs code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Ours {
+    /// The fixed client's acquire.
+    Acquire(u8),
+    /// The fixed client's glue running the state machine for an actor.
+    Run {
+        actor: Actor,
+        call: Option<HostCall>,
+        pc: RunPc,
+    },
+    /// The previous client's code.
+    Before(before::Frame),
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum RunPc {
+    Begin,
+    Next,
+    Await(Op),
+    /// release: drop the host's reference, then return.
+    DropHostRef,
+    Return(Result<(), i32>),
+}
+
+/// A host entry point into the client.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Entry {
+    Acquire,
+    GetPages,
+    DmaMap,
+    DmaUnmap,
+    PutPages,
+    Release,
+    Callback,
+    Work,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Frame {
+    HostReg(u8),
+    HostDereg { pc: u8, cur: HostMr },
+    HostInvalidate(u8),
+    Teardown(u8),
+    Driver { op: DOp, pc: u8 },
+    WorkItem(u8),
+    Rmmod(u8),
+    Ours(Ours),
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Thread {
+    pub tgid: reg::Tgid,
+    pub stack: Vec<Frame>,
+    /// What the frame popped last returned to the one below.
+    pub ret: Option<Result<(), i32>>,
+    pub done: bool,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Registered {
+    Pending,
+    Done,
+    Failed,
+}
+
+/// The whole node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct World {
+    pub cfg: Config,
+    pub threads: Vec<Thread>,
+    // NVIDIA driver
+    pub api_lock: Option<Tid>,
+    pub allocated: bool,
+    pub p: Pin,
+    pub n: Pin,
+    /// The driver holds our `data` for N's callback.
+    pub n_data: bool,
+    // MLNX host
+    pub mapping_lock: Option<Tid>,
+    pub xa: bool,
+    pub mr: HostMr,
+    pub nic_live: bool,
+    pub usecnt: u8,
+    pub registered: Registered,
+    // peermem-rs
+    pub state: Option<reg::Registration>,
+    pub old: Option<before::Old>,
+    /// References to the registration (`Arc<RegCtx>`): the host's, the driver's, the work item's.
+    pub refs: u8,
+    pub ctx_created: bool,
+    pub wq_queued: bool,
+    pub wq_running: bool,
+    pub module_gone: bool,
+    pub bug: Option<Bug>,
+}
+
+fn range() -> GpuRange {
+    GpuRange::covering(0x40_0000, 0x3_0000).unwrap()
+}
+
+impl World {
+    pub fn new(cfg: Config) -> Self {
+        let thread = |tgid, frame: Option<Frame>| Thread {
+            tgid,
+            done: frame.is_none(),
+            stack: frame.into_iter().collect(),
+            ret: None,
+        };
+        World {
+            cfg,
+            threads: vec![
+                thread(OWNER, Some(Frame::HostReg(0))),
+                thread(
+                    cfg.dereg.tgid(),
+                    Some(Frame::HostDereg {
+                        pc: 0,
+                        cur: HostMr::Unmapped,
+                    }),
+                ),
+                thread(OWNER, Some(Frame::Teardown(0))),
+                thread(KWORKER, Some(Frame::WorkItem(0))),
+                thread(RMMOD, Some(Frame::Rmmod(0))),
+            ],
+            api_lock: None,
+            allocated: true,
+            p: Pin::default(),
+            n: Pin::default(),
+            n_data: false,
+            mapping_lock: None,
+            xa: false,
+            mr: HostMr::Unmapped,
+            nic_live: false,
+            usecnt: 0,
+            registered: Registered::Pending,
+            state: None,
+            old: None,
+            refs: 0,
+            ctx_created: false,
+            wq_queued: false,
+            wq_running: false,
+            module_gone: false,
+            bug: None,
+        }
+    }
+
+    fn invalidating(&self) -> bool {
+        self.cfg.flavour == Flavour::Invalidating
+    }
+
+    fn bug(&mut self, bug: Bug) {
+        if self.bug.is_none() {
+            self.bug = Some(bug);
+        }
+    }
+
+    fn ctx_alive(&self) -> bool {
+        self.ctx_created && self.refs > 0
+    }
+
+    /// peermem-rs code runs a step: the module must be loaded and, for steps on a registration,
+    /// the registration alive.
+    fn our_code(&mut self, uses_ctx: bool, what: &'static str) {
+        if self.module_gone {
+            self.bug(Bug::ModuleCodeAfterUnload);
+        }
+        if uses_ctx && !self.ctx_alive() {
+            self.bug(Bug::RegistrationUseAfterFree(what));
+        }
+    }
+
+    fn drop_ref(&mut self) {
+        self.refs = self.refs.saturating_sub(1);
+    }
+
+    /// Taking the RM API lock from `tid`: `None` if another task holds it (blocked).
+    fn api_free_for(&mut self, tid: Tid) -> Option<()> {
+        match self.api_lock {
+            None => Some(()),
+            Some(t) if t == tid => {
+                // The real driver answers NV_ERR_INVALID_LOCK_STATE (-EIO) and WARNs in put_pages.
+                self.bug(Bug::ApiLockReentered);
+                Some(())
+            }
+            Some(_) => None,
+        }
+    }
+
+    fn mapping_free_for(&self, tid: Tid) -> bool {
+        self.mapping_lock.is_none() || self.mapping_lock == Some(tid)
+    }
+
+    fn push(&mut self, tid: Tid, frame: Frame) {
+        self.threads[tid].stack.push(frame);
+    }
+
+    fn ret(&mut self, tid: Tid, r: Result<(), i32>) {
+        let t = &mut self.threads[tid];
+        t.stack.pop();
+        t.ret = Some(r);
+        if t.stack.is_empty() {
+            t.done = true;
+        }
+    }
+
+    fn take_ret(&mut self, tid: Tid) -> Option<Result<(), i32>> {
+        self.threads[tid].ret.take()
+    }
+
+    /// The frame called returned (whatever it answered): `None` while it has not.
+    fn returned(&mut self, tid: Tid) -> Option<()> {
+        self.take_ret(tid).map(|_| ())
+    }
+
+    /// Pushes the client's entry point `e` on `tid`.
+    fn call_client(&mut self, tid: Tid, e: Entry) {
+        let frame = match self.cfg.client {
+            Client::Fixed => match e {
+                Entry::Acquire => Ours::Acquire(0),
+                Entry::Callback => Ours::Run {
+                    actor: Actor::Callback,
+                    call: None,
+                    pc: RunPc::Begin,
+                },
+                Entry::Work => Ours::Run {
+                    actor: Actor::Work,
+                    call: None,
+                    pc: RunPc::Begin,
+                },
+                _ => Ours::Run {
+                    actor: Actor::Host,
+                    call: Some(match e {
+                        Entry::GetPages => HostCall::GetPages {
+                            range: range(),
+                            core_context: 0,
+                        },
+                        Entry::DmaMap => HostCall::DmaMap,
+                        Entry::DmaUnmap => HostCall::DmaUnmap,
+                        Entry::PutPages => HostCall::PutPages,
+                        _ => HostCall::Release,
+                    }),
+                    pc: RunPc::Begin,
+                },
+            },
+            Client::Before => Ours::Before(before::Frame::new(e)),
+        };
+        self.push(tid, Frame::Ours(frame));
+    }
+
+    fn call_driver(&mut self, tid: Tid, op: DOp) {
+        self.push(tid, Frame::Driver { op, pc: 0 });
+    }
+
+    /// Can thread `tid` make a step? (Without side effects: steps a copy.)
+    pub fn enabled(&self, tid: Tid) -> bool {
+        self.clone().step(tid).is_some()
+    }
+
+    pub fn deadlocked(&self) -> bool {
+        if self.bug.is_some() {
+            // A bug ends the run; it is its own property.
+            return false;
+        }
+        let live: Vec<Tid> = (0..THREADS).filter(|&t| !self.thread_idle(t)).collect();
+        !live.is_empty() && live.iter().all(|&t| !self.enabled(t))
+    }
+
+    /// Done, or the work thread with nothing queued.
+    fn thread_idle(&self, tid: Tid) -> bool {
+        let t = &self.threads[tid];
+        t.done
+            || (tid == T_WORK
+                && matches!(t.stack.last(), Some(Frame::WorkItem(0)))
+                && !self.wq_queued)
+    }
+
+    pub fn all_done(&self) -> bool {
+        (0..THREADS).all(|t| self.thread_idle(t))
+    }
+
+    /// What is still held when every thread is done (a leak), if anything.
+    pub fn leak(&self) -> Option<&'static str> {
+        if !self.all_done() || self.bug.is_some() {
+            return None;
+        }
+        // A driver that refuses unpins keeps its pins: that is its leak, reported by the event.
+        if self.p.tracked && !self.cfg.unpin_fails {
+            return Some("the persistent pin P");
+        }
+        if self.p.mapped || self.n.mapped {
+            return Some("a DMA mapping");
+        }
+        if self.n.tracked && !self.cfg.unpin_fails {
+            return Some("the pin N");
+        }
+        if self.n_data {
+            return Some("the driver's reference to the registration");
+        }
+        if self.refs > 0 && !self.cfg.unpin_fails {
+            return Some("a reference to the registration");
+        }
+        if self.api_lock.is_some() || self.mapping_lock.is_some() {
+            return Some("a lock");
+        }
+        if self.usecnt > 0 {
+            return Some("the host's use of the client");
+        }
+        if self.nic_live {
+            return Some("a live memory key");
+        }
+        None
+    }
+
+    /// One atomic step of thread `tid`, or `None` if it is blocked (or done).
+    pub fn step(mut self, tid: Tid) -> Option<World> {
+        if self.bug.is_some() || self.threads[tid].done {
+            return None;
+        }
+        let frame = self.threads[tid].stack.last()?.clone();
+        match frame {
+            Frame::HostReg(pc) => self.host_reg(tid, pc)?,
+            Frame::HostDereg { pc, cur } => self.host_dereg(tid, pc, cur)?,
+            Frame::HostInvalidate(pc) => self.host_invalidate(tid, pc)?,
+            Frame::Teardown(pc) => self.teardown(tid, pc)?,
+            Frame::Driver { op, pc } => self.driver(tid, op, pc)?,
+            Frame::WorkItem(pc) => self.work_item(tid, pc)?,
+            Frame::Rmmod(pc) => self.rmmod(tid, pc)?,
+            Frame::Ours(Ours::Acquire(pc)) => self.fixed_acquire(tid, pc)?,
+            Frame::Ours(Ours::Run { actor, call, pc }) => self.fixed_run(tid, actor, call, pc)?,
+            Frame::Ours(Ours::Before(f)) => before::step(&mut self, tid, f)?,
+        }
+        Some(self)
+    }
+
+    fn set_pc(&mut self, tid: Tid, frame: Frame) {
+        *self.threads[tid].stack.last_mut().unwrap() = frame;
+    }
+
+    // ---- MLNX_OFED host ------------------------------------------------------------------------
+
+    /// ib_umem_get's peer path, then mlx5 creating the key and arming the notifier.
+    fn host_reg(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        let next = |w: &mut World, pc| w.set_pc(tid, Frame::HostReg(pc));
+        match pc {
+            0 => {
+                next(self, 1);
+                self.call_client(tid, Entry::Acquire);
+            }
+            1 => match self.take_ret(tid)? {
+                Err(_) => {
+                    self.registered = Registered::Failed;
+                    self.ret(tid, Ok(()));
+                }
+                Ok(()) => {
+                    self.usecnt += 1;
+                    next(self, 2);
+                }
+            },
+            2 => {
+                // mapping_lock before the id and get_pages (peer_mem.c:432).
+                if !self.mapping_free_for(tid) {
+                    return None;
+                }
+                self.mapping_lock = Some(tid);
+                self.xa = self.invalidating();
+                next(self, 3);
+                self.call_client(tid, Entry::GetPages);
+            }
+            3 => match self.take_ret(tid)? {
+                Err(_) => {
+                    self.xa = false;
+                    self.mapping_lock = None;
+                    next(self, 9);
+                    self.call_client(tid, Entry::Release);
+                }
+                Ok(()) => {
+                    next(self, 4);
+                    self.call_client(tid, Entry::DmaMap);
+                }
+            },
+            4 => match self.take_ret(tid)? {
+                Err(_) => {
+                    // dma_map failed: put_pages, still under the lock.
+                    next(self, 5);
+                    self.call_client(tid, Entry::PutPages);
+                }
+                Ok(()) => {
+                    self.mr = HostMr::Mapped;
+                    if !self.invalidating() {
+                        // Non-invalidating clients: the lock goes when ib_peer_umem_get returns.
+                        self.mapping_lock = None;
+                    }
+                    next(self, 6);
+                }
+            },
+            5 => {
+                self.returned(tid)?;
+                self.xa = false;
+                self.mapping_lock = None;
+                next(self, 9);
+                self.call_client(tid, Entry::Release);
+            }
+            6 => {
+                // The memory key exists; the notifier is armed and the lock dropped (peer_mem.c:316).
+                self.nic_live = true;
+                if self.invalidating() {
+                    self.mapping_lock = None;
+                }
+                self.registered = Registered::Done;
+                self.ret(tid, Ok(()));
+            }
+            9 => {
+                self.returned(tid)?;
+                self.usecnt -= 1;
+                self.registered = Registered::Failed;
+                self.ret(tid, Ok(()));
+            }
+            _ => unreachable!(),
+        }
+        Some(())
+    }
+
+    /// mlx5 deregistration: revoke, stop the notifier, ib_peer_umem_release.
+    fn host_dereg(&mut self, tid: Tid, pc: u8, cur: HostMr) -> Option<()> {
+        let next = |w: &mut World, pc, cur| w.set_pc(tid, Frame::HostDereg { pc, cur });
+        match pc {
+            0 => match self.registered {
+                Registered::Pending => return None,
+                Registered::Failed => self.ret(tid, Ok(())),
+                Registered::Done => {
+                    // mlx5r_umr_revoke_mr first.
+                    self.nic_live = false;
+                    next(self, 1, cur);
+                }
+            },
+            1 => {
+                if !self.invalidating() {
+                    next(self, 6, cur);
+                    return Some(());
+                }
+                if !self.mapping_free_for(tid) {
+                    return None;
+                }
+                self.mapping_lock = Some(tid);
+                if self.cfg.legacy {
+                    if self.mr == HostMr::Mapped {
+                        next(self, 2, cur);
+                        self.call_client(tid, Entry::DmaUnmap);
+                    } else {
+                        self.mr = HostMr::Unmapped;
+                        self.mapping_lock = None;
+                        next(self, 6, cur);
+                    }
+                } else {
+                    let was = self.mr;
+                    self.mr = HostMr::Unmapped;
+                    self.mapping_lock = None;
+                    if was == HostMr::Mapped {
+                        next(self, 4, was);
+                        self.call_client(tid, Entry::DmaUnmap);
+                    } else {
+                        next(self, 6, was);
+                    }
+                }
+            }
+            2 => {
+                self.returned(tid)?;
+                next(self, 3, cur);
+                self.call_client(tid, Entry::PutPages);
+            }
+            3 => {
+                self.returned(tid)?;
+                self.mr = HostMr::Unmapped;
+                self.mapping_lock = None;
+                next(self, 6, cur);
+            }
+            4 => {
+                self.returned(tid)?;
+                next(self, 5, cur);
+                self.call_client(tid, Entry::PutPages);
+            }
+            5 => {
+                self.returned(tid)?;
+                next(self, 6, cur);
+            }
+            6 => {
+                // ib_peer_umem_release: unmap only if still mapped (no lock).
+                if self.mr == HostMr::Mapped {
+                    next(self, 7, cur);
+                    self.call_client(tid, Entry::DmaUnmap);
+                } else {
+                    next(self, 9, cur);
+                }
+            }
+            7 => {
+                self.returned(tid)?;
+                next(self, 8, cur);
+                self.call_client(tid, Entry::PutPages);
+            }
+            8 => {
+                self.returned(tid)?;
+                self.mr = HostMr::Unmapped;
+                next(self, 9, cur);
+            }
+            9 => {
+                self.xa = false;
+                next(self, 10, cur);
+                self.call_client(tid, Entry::Release);
+            }
+            10 => {
+                self.returned(tid)?;
+                self.usecnt -= 1;
+                self.ret(tid, Ok(()));
+            }
+            _ => unreachable!(),
+        }
+        Some(())
+    }
+
+    /// ib_invalidate_peer_memory, called by the client's free callback.
+    fn host_invalidate(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        let next = |w: &mut World, pc| w.set_pc(tid, Frame::HostInvalidate(pc));
+        match pc {
+            0 => {
+                if !self.xa {
+                    // An id nobody has: counted and answered 0.
+                    self.ret(tid, Ok(()));
+                } else {
+                    next(self, 1);
+                }
+            }
+            1 => {
+                if !self.mapping_free_for(tid) {
+                    return None;
+                }
+                self.mapping_lock = Some(tid);
+                if self.mr == HostMr::Mapped {
+                    self.nic_live = false;
+                    if self.cfg.legacy {
+                        next(self, 2);
+                        self.call_client(tid, Entry::DmaUnmap);
+                    } else {
+                        self.mr = HostMr::Invalidated;
+                        next(self, 4);
+                    }
+                } else {
+                    next(self, 4);
+                }
+            }
+            2 => {
+                self.returned(tid)?;
+                next(self, 3);
+                self.call_client(tid, Entry::PutPages);
+            }
+            3 => {
+                self.returned(tid)?;
+                self.mr = HostMr::Unmapped;
+                next(self, 4);
+            }
+            4 => {
+                self.mapping_lock = None;
+                self.ret(tid, Ok(()));
+            }
+            _ => unreachable!(),
+        }
+        Some(())
+    }
+
+    // ---- NVIDIA driver ---------------------------------------------------------------------------
+
+    /// cudaFree / exit: the API lock, the callback, the frees.
+    fn teardown(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        let next = |w: &mut World, pc| w.set_pc(tid, Frame::Teardown(pc));
+        match pc {
+            0 => {
+                self.api_free_for(tid)?;
+                self.api_lock = Some(tid);
+                self.allocated = false;
+                next(self, 1);
+            }
+            1 => {
+                if self.n.tracked && self.n.armed {
+                    next(self, 2);
+                    // The callback gets our data: the registration must still be alive.
+                    self.our_code(true, "the free callback's data");
+                    self.call_client(tid, Entry::Callback);
+                } else {
+                    if self.n.tracked {
+                        // Pinned in section #1, callback not yet registered: dropped silently.
+                        self.n.tracked = false;
+                    }
+                    next(self, 3);
+                }
+            }
+            2 => {
+                self.returned(tid)?;
+                // nv_p2p_mem_info_free_callback: free the table, its mappings, the semaphore.
+                self.n.table_alive = false;
+                self.n.mapped = false;
+                self.n.tracked = false;
+                self.n_data = false;
+                if self.invalidating() && self.nic_live {
+                    self.bug(Bug::NicUsesDeadMemory(
+                        "the memory key is still usable after the free callback returned",
+                    ));
+                }
+                next(self, 3);
+            }
+            3 => {
+                self.api_lock = None;
+                self.ret(tid, Ok(()));
+            }
+            _ => unreachable!(),
+        }
+        Some(())
+    }
+
+    fn table(&mut self, p: bool) -> &mut Pin {
+        if p {
+            &mut self.p
+        } else {
+            &mut self.n
+        }
+    }
+
+    fn driver(&mut self, tid: Tid, op: DOp, pc: u8) -> Option<()> {
+        let owner = self.threads[tid].tgid == OWNER;
+        match (op, pc) {
+            (DOp::PinP, _) => {
+                self.api_free_for(tid)?;
+                let r = if self.allocated && owner {
+                    self.p = Pin {
+                        tracked: true,
+                        armed: false,
+                        table_alive: true,
+                        mapped: false,
+                        existed: true,
+                    };
+                    Ok(())
+                } else {
+                    Err(EINVAL)
+                };
+                self.ret(tid, r);
+            }
+            (DOp::PinN, 0) => {
+                // Section #1: find the memory by the calling process, create the pin.
+                self.api_free_for(tid)?;
+                if self.allocated && owner {
+                    self.n = Pin {
+                        tracked: true,
+                        armed: false,
+                        table_alive: true,
+                        mapped: false,
+                        existed: true,
+                    };
+                    self.set_pc(tid, Frame::Driver { op, pc: 1 });
+                } else {
+                    self.ret(tid, Err(EINVAL));
+                }
+            }
+            (DOp::PinN, _) => {
+                // Section #2: register the callback, unless the free dropped the pin meanwhile.
+                self.api_free_for(tid)?;
+                if self.n.tracked {
+                    self.n.armed = true;
+                    self.n_data = true;
+                    self.ret(tid, Ok(()));
+                } else {
+                    self.n.table_alive = false;
+                    self.ret(tid, Err(EINVAL));
+                }
+            }
+            (DOp::UnpinN, _) => {
+                self.api_free_for(tid)?;
+                let r = if self.cfg.unpin_fails {
+                    Err(EIO)
+                } else {
+                    if self.n.tracked && self.n.armed && owner {
+                        self.n.tracked = false;
+                        self.n.table_alive = false;
+                        self.n.mapped = false;
+                        self.n_data = false;
+                    }
+                    // Not found among the caller's pins (another process, or torn down): 0.
+                    Ok(())
+                };
+                self.ret(tid, r);
+            }
+            (DOp::UnpinP, _) => {
+                self.api_free_for(tid)?;
+                if !self.p.table_alive {
+                    self.bug(Bug::DriverUseAfterFree(
+                        "put_pages_persistent on a freed page table",
+                    ));
+                }
+                let r = if self.cfg.unpin_fails {
+                    Err(EIO)
+                } else {
+                    self.p.tracked = false;
+                    self.p.table_alive = false;
+                    self.p.mapped = false;
+                    Ok(())
+                };
+                self.ret(tid, r);
+            }
+            (DOp::Map(p), 0) => {
+                // The page table is read before the API lock.
+                if !self.table(p).table_alive {
+                    self.bug(Bug::DriverUseAfterFree(
+                        "dma_map_pages read a freed page table",
+                    ));
+                }
+                self.set_pc(tid, Frame::Driver { op, pc: 1 });
+            }
+            (DOp::Map(_), 1) => {
+                self.api_free_for(tid)?;
+                self.set_pc(tid, Frame::Driver { op, pc: 2 });
+            }
+            (DOp::Map(p), _) => {
+                // After the API lock: down() on the semaphore inside the pin, link the mapping.
+                if !self.table(p).table_alive {
+                    self.bug(Bug::DriverUseAfterFree(
+                        "dma_map_pages linked its mapping into a freed pin",
+                    ));
+                }
+                self.table(p).mapped = true;
+                self.ret(tid, Ok(()));
+            }
+            (DOp::Barrier, _) => {
+                self.api_free_for(tid)?;
+                self.ret(tid, Ok(()));
+            }
+            (DOp::Unmap(p), _) => {
+                if !self.table(p).table_alive {
+                    self.bug(Bug::DriverUseAfterFree(
+                        "dma_unmap_pages took the semaphore of a freed pin",
+                    ));
+                }
+                self.table(p).mapped = false;
+                self.ret(tid, Ok(()));
+            }
+        }
+        Some(())
+    }
+
+    // ---- the kernel: workqueue and rmmod ---------------------------------------------------------
+
+    fn work_item(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        match pc {
+            0 => {
+                if !self.wq_queued {
+                    return None;
+                }
+                self.wq_queued = false;
+                self.wq_running = true;
+                self.set_pc(tid, Frame::WorkItem(1));
+                self.call_client(tid, Entry::Work);
+            }
+            1 => {
+                self.returned(tid)?;
+                // The work function drops the reference it was queued with: maybe the last one.
+                self.our_code(true, "the work item");
+                self.drop_ref();
+                self.set_pc(tid, Frame::WorkItem(2));
+            }
+            _ => {
+                // ...and returns to the workqueue: still module code until here.
+                self.our_code(false, "");
+                self.wq_running = false;
+                self.set_pc(tid, Frame::WorkItem(0));
+            }
+        }
+        Some(())
+    }
+
+    fn rmmod(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        match pc {
+            0 => {
+                if !self.ctx_created && self.registered == Registered::Pending {
+                    return None;
+                }
+                // try_stop_module: refused while anything holds a module reference.
+                if self.ctx_alive() {
+                    self.ret(tid, Ok(()));
+                } else {
+                    self.set_pc(tid, Frame::Rmmod(1));
+                }
+            }
+            _ => {
+                // Module exit: ib_unregister_peer_memory_client waits for the host's users;
+                // destroying our workqueue waits for a running work item.
+                if self.usecnt > 0 || self.wq_running || self.wq_queued {
+                    return None;
+                }
+                self.module_gone = true;
+                self.ret(tid, Ok(()));
+            }
+        }
+        Some(())
+    }
+
+    // ---- peermem-rs (the fixed client) -----------------------------------------------------------
+
+    fn fixed_acquire(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        self.our_code(false, "");
+        match pc {
+            0 => {
+                self.set_pc(tid, Frame::Ours(Ours::Acquire(1)));
+                self.call_driver(tid, DOp::PinP);
+            }
+            _ => match self.take_ret(tid)? {
+                Err(e) => self.ret(tid, Err(e)),
+                Ok(()) => {
+                    self.state = Some(reg::Registration::acquired(
+                        self.cfg.flavour,
+                        range(),
+                        self.threads[tid].tgid,
+                    ));
+                    self.ctx_created = true;
+                    self.refs = 1;
+                    self.ret(tid, Ok(()));
+                }
+            },
+        }
+        Some(())
+    }
+
+    fn fixed_run(
+        &mut self,
+        tid: Tid,
+        actor: Actor,
+        call: Option<HostCall>,
+        pc: RunPc,
+    ) -> Option<()> {
+        let set = |w: &mut World, pc| {
+            w.set_pc(tid, Frame::Ours(Ours::Run { actor, call, pc }));
+        };
+        match pc {
+            RunPc::Return(r) => {
+                self.our_code(false, "");
+                self.ret(tid, r);
+                return Some(());
+            }
+            RunPc::DropHostRef => {
+                self.our_code(true, "release");
+                self.drop_ref();
+                set(self, RunPc::Return(Ok(())));
+                return Some(());
+            }
+            _ => {}
+        }
+        self.our_code(true, "a step of the registration");
+        let tgid = self.threads[tid].tgid;
+        let st = self.state.as_mut().expect("registration");
+        match pc {
+            RunPc::Begin => {
+                match actor {
+                    Actor::Host => {
+                        if st.begin(call.unwrap(), tgid).is_err() {
+                            set(self, RunPc::Return(Err(EINVAL)));
+                            return Some(());
+                        }
+                    }
+                    Actor::Callback => {
+                        if !st.begin_callback() {
+                            set(self, RunPc::Return(Ok(())));
+                            return Some(());
+                        }
+                    }
+                    Actor::Work => st.begin_work(),
+                }
+                set(self, RunPc::Next);
+            }
+            RunPc::Await(op) => {
+                let r = self.take_ret(tid)?;
+                let st = self.state.as_mut().unwrap();
+                let commit = st.done(actor, op, r);
+                debug_assert!(matches!(commit, Commit::Nothing | Commit::PublishSg));
+                set(self, RunPc::Next);
+            }
+            RunPc::Next => match st.next(actor) {
+                Step::Call(op) => {
+                    set(self, RunPc::Await(op));
+                    match op {
+                        Op::PinN => {
+                            // The glue hands the driver a reference before the call.
+                            self.refs += 1;
+                            self.call_driver(tid, DOp::PinN);
+                        }
+                        Op::UnpinN => self.call_driver(tid, DOp::UnpinN),
+                        Op::MapP => self.call_driver(tid, DOp::Map(true)),
+                        Op::UnmapP => self.call_driver(tid, DOp::Unmap(true)),
+                        Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
+                        Op::AllocSg => self.threads[tid].ret = Some(Ok(())),
+                        Op::FillSg => {
+                            if !(self.p.table_alive && self.p.mapped) {
+                                self.bug(Bug::DriverUseAfterFree(
+                                    "the SG list was filled from a dead DMA mapping",
+                                ));
+                            }
+                            self.threads[tid].ret = Some(Ok(()));
+                        }
+                        Op::Invalidate { .. } => {
+                            self.push(tid, Frame::HostInvalidate(0));
+                        }
+                        Op::DriverBarrier => self.call_driver(tid, DOp::Barrier),
+                    }
+                }
+                Step::DropDriverRef => self.drop_ref(),
+                Step::HandDriverRefToWork => {
+                    if self.wq_queued {
+                        // Already queued: the queued item holds a reference; drop the driver's.
+                        self.drop_ref();
+                    } else {
+                        self.wq_queued = true;
+                    }
+                    // The callback returns at once, without touching the registration again.
+                    set(self, RunPc::Return(Ok(())));
+                }
+                Step::QueueWork => {
+                    if !self.wq_queued {
+                        self.wq_queued = true;
+                        self.refs += 1;
+                    }
+                }
+                Step::Note(_) => {}
+                Step::Return(r) => {
+                    let r = r.map_err(|refusal| refusal.errno);
+                    if call == Some(HostCall::Release) {
+                        set(self, RunPc::DropHostRef);
+                    } else {
+                        set(self, RunPc::Return(r));
+                    }
+                }
+            },
+            RunPc::Return(_) | RunPc::DropHostRef => unreachable!(),
+        }
+        Some(())
+    }
+}
+
+/// The model: every configuration given, every interleaving.
+pub struct ProtocolModel {
+    pub configs: Vec<Config>,
+}
+
+impl Model for ProtocolModel {
+    type State = World;
+    type Action = Tid;
+
+    fn init_states(&self) -> Vec<World> {
+        self.configs.iter().map(|c| World::new(*c)).collect()
+    }
+
+    fn actions(&self, state: &World, actions: &mut Vec<Tid>) {
+        for t in 0..THREADS {
+            if state.enabled(t) {
+                actions.push(t);
+            }
+        }
+    }
+
+    fn next_state(&self, last: &World, action: Tid) -> Option<World> {
+        last.clone().step(action)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        fn no_bug(s: &World, f: impl Fn(&Bug) -> bool) -> bool {
+            !s.bug.as_ref().is_some_and(f)
+        }
+        vec![
+            Property::always(
+                "dma_map_pages never reads or links into a pin the driver freed",
+                |_, s: &World| {
+                    no_bug(
+                        s,
+                        |b| matches!(b, Bug::DriverUseAfterFree(w) if w.starts_with("dma_map_pages")),
+                    )
+                },
+            ),
+            Property::always(
+                "dma_unmap_pages never takes the semaphore of a pin the driver freed",
+                |_, s: &World| {
+                    no_bug(
+                        s,
+                        |b| matches!(b, Bug::DriverUseAfterFree(w) if w.starts_with("dma_unmap_pages")),
+                    )
+                },
+            ),
+            Property::always(
+                "no other driver structure is used after the driver freed it",
+                |_, s: &World| {
+                    no_bug(s, |b| {
+                        matches!(b, Bug::DriverUseAfterFree(w)
+                    if !w.starts_with("dma_map_pages") && !w.starts_with("dma_unmap_pages"))
+                    })
+                },
+            ),
+            Property::always(
+                "no registration is used after its last reference went",
+                |_, s: &World| no_bug(s, |b| matches!(b, Bug::RegistrationUseAfterFree(_))),
+            ),
+            Property::always(
+                "the driver's API lock is never re-entered",
+                |_, s: &World| no_bug(s, |b| matches!(b, Bug::ApiLockReentered)),
+            ),
+            Property::always("no module code runs after rmmod", |_, s: &World| {
+                no_bug(s, |b| matches!(b, Bug::ModuleCodeAfterUnload))
+            }),
+            Property::always(
+                "the NIC never keeps a usable key on dead memory",
+                |_, s: &World| {
+                    no_bug(s, |b| matches!(b, Bug::NicUsesDeadMemory(_)))
+                        && !(s.nic_live && s.bug.is_none() && !live_mapping(s))
+                },
+            ),
+            Property::always("no deadlock", |_, s: &World| !s.deadlocked()),
+            Property::always("nothing is left behind at the end", |_, s: &World| {
+                s.leak().is_none()
+            }),
+            Property::sometimes("a registration completes", |_, s: &World| {
+                s.registered == Registered::Done
+            }),
+        ]
+    }
+}
+
+/// The NIC's key points at a DMA mapping that is alive.
+fn live_mapping(s: &World) -> bool {
+    match s.cfg.client {
+        Client::Fixed => s.p.mapped && s.p.table_alive,
+        Client::Before => {
+            if s.cfg.flavour == Flavour::Invalidating {
+                s.n.mapped && s.n.table_alive
+            } else {
+                s.p.mapped && s.p.table_alive
+            }
+        }
+    }
+}
+
+/// A readable line for the step `tid` makes from `s`.
+pub fn describe(s: &World, tid: Tid) -> String {
+    let who = match tid {
+        T_REG => "registering task (owner)".to_string(),
+        T_DEREG => format!("deregistering task ({:?})", s.cfg.dereg),
+        T_FREE => "freeing task (owner: cudaFree/exit)".to_string(),
+        T_WORK => "peermem-rs work item".to_string(),
+        _ => "rmmod".to_string(),
+    };
+    let what = match s.threads[tid].stack.last() {
+        None => "(done)".to_string(),
+        Some(f) => match f {
+            Frame::HostReg(pc) => format!(
+                "MLNX registration step {pc} ({})",
+                [
+                    "ask clients: acquire",
+                    "take mapping lock, allocate id, get_pages",
+                    "mapping lock held: get_pages",
+                    "mapping lock held: dma_map",
+                    "after dma_map",
+                    "unwind: put_pages",
+                    "mkey ready: arm notifier, drop mapping lock",
+                    "",
+                    "",
+                    "unwind: release",
+                ]
+                .get(*pc as usize)
+                .copied()
+                .unwrap_or("")
+            ),
+            Frame::HostDereg { pc, .. } => format!("MLNX deregistration step {pc}"),
+            Frame::HostInvalidate(pc) => format!(
+                "MLNX invalidate step {pc} ({})",
+                [
+                    "look up id",
+                    "take mapping lock, revoke",
+                    "legacy: dma_unmap",
+                    "legacy: put_pages",
+                    "drop mapping lock"
+                ]
+                .get(*pc as usize)
+                .copied()
+                .unwrap_or("")
+            ),
+            Frame::Teardown(pc) => format!(
+                "NVIDIA free path step {pc} ({})",
+                [
+                    "take API lock",
+                    "call the free callback",
+                    "callback returned: free table, mappings, semaphore",
+                    "drop API lock"
+                ]
+                .get(*pc as usize)
+                .copied()
+                .unwrap_or("")
+            ),
+            Frame::Driver { op, pc } => format!("NVIDIA {op:?} step {pc}"),
+            Frame::WorkItem(pc) => format!("workqueue step {pc}"),
+            Frame::Rmmod(pc) => format!("rmmod step {pc}"),
+            Frame::Ours(o) => match o {
+                Ours::Acquire(pc) => format!("peermem-rs acquire step {pc}"),
+                Ours::Run { actor, call, pc } => format!("peermem-rs {actor:?} {call:?}: {pc:?}"),
+                Ours::Before(f) => format!("peermem-rs (before) {f:?}"),
+            },
+        },
+    };
+    format!("{who}: {what}")
+}
+
+/// A counterexample: the steps, and how the last state is wrong.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub steps: Vec<String>,
+    pub end: String,
+}
+
+/// The result of checking one configuration.
+pub struct Report {
+    pub states: usize,
+    pub unique_states: usize,
+    /// Every `always` property, with its shortest counterexample if it fails.
+    pub properties: Vec<(&'static str, Option<Trace>)>,
+    /// A registration completed in some run (the model is not vacuous).
+    pub registration_completes: bool,
+}
+
+impl Report {
+    /// The counterexample of the property whose name contains `what`.
+    pub fn counterexample(&self, what: &str) -> Option<&Trace> {
+        self.properties
+            .iter()
+            .find(|(name, _)| name.contains(what))
+            .and_then(|(_, t)| t.as_ref())
+    }
+
+    pub fn all_hold(&self) -> bool {
+        self.properties.iter().all(|(_, t)| t.is_none())
+    }
+}
+
+/// Explores every interleaving of `cfg` (breadth first, so counterexamples are shortest).
+pub fn check(cfg: Config) -> Report {
+    use stateright::{Checker, Expectation};
+    let model = ProtocolModel { configs: vec![cfg] };
+    let properties = model.properties();
+    let checker = model.checker().spawn_bfs().join();
+    let mut report = Report {
+        states: checker.state_count(),
+        unique_states: checker.unique_state_count(),
+        properties: Vec::new(),
+        registration_completes: false,
+    };
+    for p in properties {
+        let found = checker.discovery(p.name);
+        if p.expectation == Expectation::Sometimes {
+            report.registration_completes = found.is_some();
+            continue;
+        }
+        let trace = found.map(|path| {
+            let states = path.clone().into_states();
+            let actions = path.into_actions();
+            let last = states.last().unwrap();
+            Trace {
+                steps: states
+                    .iter()
+                    .zip(actions.iter())
+                    .map(|(s, a)| describe(s, *a))
+                    .collect(),
+                end: last
+                    .bug
+                    .map(|b| format!("{b:?}"))
+                    .or_else(|| last.leak().map(|l| format!("left behind: {l}")))
+                    .unwrap_or_else(|| "no thread can move: deadlock".into()),
+            }
+        });
+        report.properties.push((p.name, trace));
+    }
+    report
+}
