@@ -293,6 +293,8 @@ enum CallbackStage {
     Start,
     /// The host's invalidate is in flight.
     Invalidating,
+    /// The host's invalidate returned.
+    Invalidated,
     /// Hand over to the work item and return.
     Finish,
     /// Returned (the driver calls a pin back at most once).
@@ -415,7 +417,10 @@ impl Registration {
     pub fn callback_running(&self) -> bool {
         matches!(
             self.callback,
-            CallbackStage::Start | CallbackStage::Invalidating | CallbackStage::Finish
+            CallbackStage::Start
+                | CallbackStage::Invalidating
+                | CallbackStage::Invalidated
+                | CallbackStage::Finish
         )
     }
     /// Is a host call between its steps?
@@ -569,7 +574,7 @@ impl Registration {
             Actor::Host => self.host_done(op, result),
             Actor::Callback => {
                 if let Op::Invalidate { .. } = op {
-                    self.callback = CallbackStage::Finish;
+                    self.callback = CallbackStage::Invalidated;
                 }
                 Commit::Nothing
             }
@@ -837,6 +842,10 @@ impl Registration {
             CallbackStage::Invalidating => Step::Call(Op::Invalidate {
                 core_context: self.core_context,
             }),
+            CallbackStage::Invalidated => {
+                self.callback = CallbackStage::Finish;
+                Step::Note(Event::Invalidated)
+            }
             CallbackStage::Finish => {
                 self.callback = CallbackStage::Done;
                 if self.phase == Phase::Mapped {
@@ -1020,6 +1029,7 @@ mod tests {
         assert!(r.begin_callback());
         let (steps, _) = run(&mut r, Actor::Callback, ok);
         assert_eq!(calls(&steps), [Op::Invalidate { core_context: 7 }]);
+        assert!(steps.contains(&Step::Note(Event::Invalidated)));
         assert!(steps.iter().all(|s| match s {
             Step::Call(op) => !op.takes_driver_api_lock(),
             _ => true,

@@ -42,6 +42,17 @@ static long long peermem_stat(const char *key)
 	return -1;
 }
 
+/* Polls a counter for up to 2 s: what our work item does after a callback is not synchronous. */
+static int stat_becomes(const char *key, long long want)
+{
+	for (int i = 0; i < 200; i++) {
+		if (peermem_stat(key) == want)
+			return 1;
+		usleep(10 * 1000);
+	}
+	return 0;
+}
+
 static int param(const char *name)
 {
 	char path[256];
@@ -122,8 +133,8 @@ FIXTURE_TEARDOWN(gpu)
 	/* Everything must be back to zero: the host's MRs, peermem-rs's registrations and pins, and
 	 * every object of the NVIDIA stand-in. */
 	EXPECT_EQ(0, pmh_counter("live_mrs"));
-	EXPECT_EQ(0, peermem_stat("live_registrations"));
-	EXPECT_EQ(0, peermem_stat("pinned_bytes"));
+	EXPECT_TRUE(stat_becomes("live_registrations", 0));
+	EXPECT_TRUE(stat_becomes("pinned_bytes", 0));
 	EXPECT_EQ(0, gpu_leaks(why, sizeof(why))) TH_LOG("stand-in leaks: %s", why);
 }
 
@@ -306,7 +317,9 @@ TEST_F(gpu, free_while_registered)
 		/* A legacy client (peerdirect_support=1) is unmapped by the host inside the
 		 * invalidation; an ex client asked the host not to. */
 		EXPECT_EQ(param("peerdirect_support") == 1, q.unmapped_by_invalidation);
-		EXPECT_EQ(0, peermem_stat("pinned_bytes"));
+		/* The registration's persistent pin goes right after the callback, from our work
+		 * item (the callback itself may not call into the driver). */
+		EXPECT_TRUE(stat_becomes("pinned_bytes", 0));
 	} else {
 		/* Persistent: the memory stays pinned and usable after cudaFree. */
 		EXPECT_EQ(PMH_MR_MAPPED, q.state);
@@ -409,23 +422,25 @@ TEST_F(gpu, rmmod_refused_while_registered)
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
 }
 
-/* Errors of the NVIDIA driver reach the caller, each counted under its cause and explained. A
- * failure of acquire's probe pin means "not mine" (the caller then sees the pinning error, EFAULT,
- * as with nvidia-peermem); a failure of get_pages or dma_map is returned as is. */
+/* Errors of the NVIDIA driver reach the caller, each counted under its cause and explained. Both
+ * flavours probe with a persistent pin in acquire (kept as the registration's pin): its failure
+ * means "not mine" (the caller then sees the pinning error, EFAULT, unless the next client takes
+ * the range). The invalidating flavour pins once more, in get_pages, with nvidia_p2p_get_pages
+ * (its callback's pin); a failure of that, or of dma_map, is returned as is. */
 TEST_F(gpu, driver_errors_propagate_with_their_cause)
 {
 	static const struct {
-		const char *fn;		/* stand-in function to fail */
-		int probe;		/* 1: fails acquire's probe pin; 0: the registration's own call */
+		const char *fn;		/* stand-in function to fail (its first call from now) */
+		int probe;		/* 1: fails acquire's pin; 0: the registration's own call */
+		int invalidating_only;
 		int err;
 		const char *cause, *says;
 	} cases[] = {
-		{ "get_pages", 0, EIO, "error_driver_error", "the NVIDIA driver failed" },
-		{ "get_pages", 0, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
-		{ "get_pages", 1, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
-		{ "get_pages_persistent", 1, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
-		{ "dma_map_pages", 0, 524, "error_topology_unsupported", "refuses peer-to-peer DMA" },
-		{ "dma_map_pages", 0, ENOMEM, "error_out_of_memory", "out of kernel memory" },
+		{ "get_pages", 0, 1, EIO, "error_driver_error", "the NVIDIA driver failed" },
+		{ "get_pages", 0, 1, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
+		{ "get_pages_persistent", 1, 0, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
+		{ "dma_map_pages", 0, 0, 524, "error_topology_unsupported", "refuses peer-to-peer DMA" },
+		{ "dma_map_pages", 0, 0, ENOMEM, "error_out_of_memory", "out of kernel memory" },
 	};
 	__u64 handle;
 	uint8_t *va;
@@ -435,37 +450,26 @@ TEST_F(gpu, driver_errors_propagate_with_their_cause)
 	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
 	ASSERT_NE(NULL, va);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-		int persistent = !invalidating_mode();
-		unsigned int flags = PMH_REG_WRITE;
 		long long before = peermem_stat(cases[c].cause);
 		char inject[64], mark[64];
-		int nth = 1, want;
+		struct pmh_reg_mr mr;
+		int want;
 
-		/* Which client meets the failing call: the persistent one pins with
-		 * get_pages_persistent (acquire's pin is reused by get_pages); the invalidating one
-		 * probes with get_pages (call 1) and pins with it again (call 2). */
-		if (!strcmp(cases[c].fn, "get_pages")) {
-			if (persistent)
-				continue;
-			nth = cases[c].probe ? 1 : 2;
-		} else if (!strcmp(cases[c].fn, "get_pages_persistent")) {
-			if (!persistent)
-				flags |= PMH_REG_NO_INVALIDATE;
-		}
+		if (cases[c].invalidating_only && !invalidating_mode())
+			continue;
 		want = cases[c].probe ? -EFAULT : -cases[c].err;
-		snprintf(inject, sizeof(inject), "%s %d -%d", cases[c].fn, nth, cases[c].err);
+		snprintf(inject, sizeof(inject), "%s 1 -%d", cases[c].fn, cases[c].err);
 		snprintf(mark, sizeof(mark), "client_test inject %zu %d", c, getpid());
 		kmsg_mark(mark);
 		ASSERT_EQ(0, write_text(GPU_DEBUGFS "/inject", inject));
-		if (cases[c].probe && !strcmp(cases[c].fn, "get_pages")) {
-			struct pmh_reg_mr mr;
-
-			/* nv_mem said "not mine"; the host asks the next client, nv_mem_nc. */
-			EXPECT_EQ(0, pmh_reg(self->pmh, va, GPU_PAGE, flags, &mr)) TH_LOG("%s", inject);
+		if (cases[c].probe && invalidating_mode()) {
+			/* nv_mem's probe failed: "not mine"; the host asks nv_mem_nc, whose own
+			 * persistent pin succeeds. */
+			EXPECT_EQ(0, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE, &mr)) TH_LOG("%s", inject);
 			EXPECT_STREQ("nv_mem_nc", mr.client);
 			EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
 		} else {
-			EXPECT_EQ(want, pmh_reg(self->pmh, va, GPU_PAGE, flags, NULL)) TH_LOG("%s", inject);
+			EXPECT_EQ(want, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE, NULL)) TH_LOG("%s", inject);
 		}
 		write_text(GPU_DEBUGFS "/inject", "clear");
 		EXPECT_EQ(before + 1, peermem_stat(cases[c].cause)) TH_LOG("%s: %s", inject, cases[c].cause);
