@@ -1225,7 +1225,8 @@ static void part_split(void)
 
 	if (unload_all())
 		die("cleaning up", EBUSY);
-	must_load(STANDIN_KO, "");
+	/* Only a 580+ driver on a chipset flagged unable to do P2P refuses this topology. */
+	must_load(STANDIN_KO, "generation=580 p2p_unsupported_chipset=1");
 	must_load(HOST_KO, "");
 	scenario_load("load", NULL, "load_(GPU_and_NIC_on_different_root_ports)");
 	open_fds();
@@ -1237,8 +1238,8 @@ static void part_split(void)
 		end();
 	}
 	if (begin("topology.override", "the_same_with_the_check_overridden_(NVreg_GrdmaPciTopoCheckOverride):_RDMA_write_and_read")) {
-		if (write_text(STANDIN_PARAMS "topology_check", "N"))
-			die("topology_check", errno);
+		if (write_text(STANDIN_PARAMS "grdma_pci_topo_check_override", "1"))
+			die("grdma_pci_topo_check_override", errno);
 		va = alloc_gpu(GPU_PAGE, &handle, &info);
 		if (!reg("reg", va + 64, 512, PMH_REG_WRITE, &mr)) {
 			query("mr", mr.handle, info.phys_addr, 0, 0);
@@ -1246,7 +1247,7 @@ static void part_split(void)
 			dereg("dereg.rc", mr.handle);
 		}
 		free_gpu(NULL, handle);
-		write_text(STANDIN_PARAMS "topology_check", "Y");
+		write_text(STANDIN_PARAMS "grdma_pci_topo_check_override", "0");
 		end();
 	}
 	close_fds();

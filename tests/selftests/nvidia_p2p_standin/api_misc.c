@@ -81,18 +81,37 @@ TEST_F(misc, legacy_and_rsync_functions)
 TEST_F(misc, parameters_and_debugfs)
 {
 	static const char *const files[] = {
-		"counters", "inject", "free_callback_delay_ms", "live_pins", "live_page_tables",
-		"live_dma_mappings", "live_allocations", "bar1_pinned_bytes", "free_callbacks",
-		"peer_mismatch_warnings", "topology_refusals", "stale_put_pages", "stale_dma_unmaps",
+		"counters", "inject", "race", "free_callback_delay_ms", "live_pins",
+		"live_page_tables", "live_dma_mappings", "live_allocations", "live_bar1_extents",
+		"bar1_pinned_bytes", "free_callbacks", "peer_mismatch_warnings", "topology_refusals",
+		"stale_put_pages", "foreign_put_pages", "stale_dma_unmaps", "leaked_by_driver",
+		"callback_reentries", "race_gate_timeouts", "unregisters",
 	};
-	char v[64], counters[2048];
+	static const struct { const char *name, *value; } defaults[] = {
+		{ "generation", "550" }, { "page_table_version", "0x00010002" },
+		{ "bar1_reserve_mib", "36" }, { "bar1_size_mib", "0" },
+		{ "grdma_pci_topo_check_override", "0" }, { "passthrough_vm", "N" },
+		{ "p2p_unsupported_chipset", "N" },
+	};
+	static const char *const bad_loads[] = {
+		"page_table_version=3", "generation=560", "grdma_pci_topo_check_override=3",
+	};
+	char v[64], counters[4096];
 	size_t i;
 
+	for (i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+		char p[128];
+
+		snprintf(p, sizeof(p), STANDIN_PARAMS "%s", defaults[i].name);
+		ASSERT_EQ(0, read_text(p, v, sizeof(v))) TH_LOG("%s", p);
+		EXPECT_STREQ(defaults[i].value, v) TH_LOG("%s", defaults[i].name);
+	}
+	/* The page table layout follows the generation unless page_table_version says otherwise. */
+	ASSERT_EQ(0, set_param("generation", "580"));
 	ASSERT_EQ(0, read_text(STANDIN_PARAMS "page_table_version", v, sizeof(v)));
-	EXPECT_STREQ("0x00010002", v);
-	EXPECT_EQ(36, read_ll(STANDIN_PARAMS "bar1_reserve_mib"));
-	ASSERT_EQ(0, read_text(STANDIN_PARAMS "topology_check", v, sizeof(v)));
-	EXPECT_STREQ("Y", v);
+	EXPECT_STREQ("0x00020000", v);
+	EXPECT_NE(0, set_param("generation", "575"));
+	ASSERT_EQ(0, set_param("generation", "550"));
 	for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		char p[128];
 
@@ -102,14 +121,18 @@ TEST_F(misc, parameters_and_debugfs)
 	ASSERT_EQ(0, read_text(GPU_DEBUGFS "/counters", counters, sizeof(counters)));
 	EXPECT_NE(NULL, strstr(counters, "live_pins 0\n"));
 	EXPECT_NE(NULL, strstr(counters, "callback_reentries 0\n"));
-	/* A layout we do not know is refused at load. */
+	/* Values the module does not know are refused at load. */
 	close(self->env.probe);
 	close(self->env.gpu);
 	self->env.probe = self->env.gpu = -1;
 	ASSERT_EQ(0, mod_unload("p2p_probe"));
 	ASSERT_EQ(0, mod_unload(STANDIN));
-	EXPECT_NE(0, sh("insmod %s/%s.ko page_table_version=3", modules_dir(), STANDIN));
-	EXPECT_FALSE(module_loaded(STANDIN));
+	for (i = 0; i < sizeof(bad_loads) / sizeof(bad_loads[0]); i++) {
+		EXPECT_NE(0, sh("insmod %s/%s.ko %s", modules_dir(), STANDIN, bad_loads[i]))
+			TH_LOG("%s", bad_loads[i]);
+		EXPECT_FALSE(module_loaded(STANDIN));
+		mod_unload(STANDIN);
+	}
 	/* Loaded again for the teardown's checks. */
 	EXPECT_EQ(0, mod_load(STANDIN, ""));
 }

@@ -40,7 +40,8 @@ TEST_F(inject, nth_get_pages)
 	EXPECT_NE(0, h[0]);
 	EXPECT_NE(0, h[1]);
 	/* Other functions do not count towards get_pages's N. */
-	EXPECT_EQ(-EINVAL, probe_pin(self->env.probe, va + 1, GPU_PAGE, P2P_PROBE_PERSISTENT, NULL, NULL, 0));
+	EXPECT_EQ(-EINVAL, probe_pin(self->env.probe, va + 4 * GPU_PAGE, GPU_PAGE, P2P_PROBE_PERSISTENT,
+				     NULL, NULL, 0));
 	EXPECT_EQ(-ENOMEM, probe_pin(self->env.probe, va + 2 * GPU_PAGE, GPU_PAGE, 0, NULL, NULL, 0));
 	h[2] = probe_pin_ok(self->env.probe, va + 2 * GPU_PAGE, GPU_PAGE, 0);
 	EXPECT_NE(0, h[2]);

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The free-callback contract of the NVIDIA P2P stand-in, as nvidia.ko keeps it: on cudaFree
- * (FREE) or context teardown (close, process exit) the free callback of every non-persistent pin
- * runs in the freeing process's context, may sleep, sees its table alive, and the table and all
- * its DMA mappings are freed as soon as it returns. Afterwards put_pages and dma_unmap_pages on
- * the dead pointers return 0; calling them from inside the callback is refused with -EBUSY.
+ * (FREE), context teardown (close, process exit) or unregistration (UNREGISTER) the free callback
+ * of every non-persistent pin runs in that process's context under the driver's API lock, may
+ * sleep, sees its table alive and may unmap its DMA mappings there (dma_unmap_pages takes no
+ * driver lock); the table and every mapping left are freed as soon as it returns. A later
+ * put_pages on the dead table returns 0 without touching it (RM only compares the pointer); a
+ * later dma_unmap_pages would use freed memory, so the probe refuses to make that call here (see
+ * stale_use.c). Calling put_pages from inside the callback fails with a WARN: stale_use.c too.
  */
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -66,11 +69,12 @@ TEST_F(cb, context_and_teardown)
 	EXPECT_EQ(0, gpu_counter("live_dma_mappings"));
 	EXPECT_EQ(0, gpu_counter("bar1_pinned_bytes"));
 
-	/* The client's late calls on the dead pointers: 0, nothing touched. */
-	EXPECT_EQ(0, probe_unmap(self->env.probe, m.handle, P2P_PROBE_PEER_GPU, 0));
+	/* A late put on the dead table: 0, only its address is compared. */
 	EXPECT_EQ(0, probe_put(self->env.probe, h));
-	EXPECT_EQ(1, gpu_counter("stale_dma_unmaps"));
 	EXPECT_EQ(1, gpu_counter("stale_put_pages"));
+	/* A late unmap would be a use after free in the driver: the probe does not make it. */
+	EXPECT_EQ(ESTALE, probe_unmap_refused(self->env.probe, m.handle, P2P_PROBE_PEER_GPU));
+	EXPECT_EQ(0, gpu_counter("stale_dma_unmaps"));
 	EXPECT_EQ(0, munmap(self->va, 4 * GPU_PAGE));
 }
 
@@ -105,27 +109,82 @@ TEST_F(cb, only_live_non_persistent_pins)
 	EXPECT_EQ(0, gpu_counter("live_pins"));
 }
 
-/* Calling back into the API from inside the callback is refused, and teardown still completes. */
-TEST_F(cb, reentry_refused)
+/*
+ * Unmapping from inside the callback works (no driver lock), and the teardown then has no
+ * mapping left to free.
+ */
+TEST_F(cb, unmap_inside_callback)
 {
 	struct p2p_probe_pin_state st;
 	__u64 h;
-	char mark[64];
 
-	h = probe_pin_ok(self->env.probe, (uintptr_t)self->va, GPU_PAGE, P2P_PROBE_CB_REENTER);
+	h = probe_pin_ok(self->env.probe, (uintptr_t)self->va, 2 * GPU_PAGE, P2P_PROBE_CB_UNMAP);
 	ASSERT_NE(0, h);
 	ASSERT_EQ(0, probe_map(self->env.probe, h, P2P_PROBE_PEER_GPU, 0, NULL, NULL, 0));
-	snprintf(mark, sizeof(mark), "nvp2p-selftest reentry %d", getpid());
-	kmsg_mark(mark);
+	EXPECT_EQ(1, gpu_counter("live_dma_mappings"));
 	EXPECT_EQ(0, gpu_free(self->env.gpu, self->handle));
 	ASSERT_EQ(0, probe_state(self->env.probe, h, &st));
 	EXPECT_EQ(1, st.callbacks);
-	EXPECT_EQ(-EBUSY, st.reenter_unmap_ret);
-	EXPECT_EQ(-EBUSY, st.reenter_put_ret);
-	EXPECT_EQ(2, gpu_counter("callback_reentries"));
-	EXPECT_TRUE(kmsg_has_since(mark, "called from inside a free callback"));
+	EXPECT_EQ(0, st.reenter_unmap_ret);
+	EXPECT_EQ(2, st.mapping_entries);
+	EXPECT_EQ(0, gpu_counter("teardown_dma_mappings"));
 	EXPECT_EQ(0, gpu_counter("live_dma_mappings"));
+	EXPECT_EQ(0, gpu_counter("stale_dma_unmaps"));
+	EXPECT_EQ(0, gpu_counter("callback_reentries"));
 	EXPECT_EQ(0, probe_put(self->env.probe, h));
+}
+
+/*
+ * UNREGISTER (NV503C_CTRL_CMD_UNREGISTER_VIDMEM): the callbacks run and the pins go, but the memory
+ * stays allocated and mapped; it cannot be pinned until registered again. Persistent pins (RM's
+ * own) stay.
+ */
+TEST_F(cb, unregister)
+{
+	uint8_t *p = (uint8_t *)self->va;
+	struct p2p_probe_pin_state st;
+	struct nvp2p_info info;
+	__u64 h, hp, h2;
+
+	p[0] = 0x5a;
+	h = probe_pin_ok(self->env.probe, (uintptr_t)self->va, 2 * GPU_PAGE, 0);
+	hp = probe_pin_ok(self->env.probe, (uintptr_t)self->va, GPU_PAGE, P2P_PROBE_PERSISTENT);
+	ASSERT_NE(0, h);
+	ASSERT_NE(0, hp);
+	ASSERT_EQ(0, probe_map(self->env.probe, h, P2P_PROBE_PEER_GPU, 0, NULL, NULL, 0));
+
+	EXPECT_EQ(0, gpu_unregister(self->env.gpu, self->handle));
+	ASSERT_EQ(0, probe_state(self->env.probe, h, &st));
+	EXPECT_EQ(1, st.callbacks);
+	EXPECT_EQ(getpid(), st.tgid);
+	EXPECT_EQ(1, gpu_counter("unregisters"));
+	EXPECT_EQ(1, gpu_counter("free_callbacks"));
+	EXPECT_EQ(1, gpu_counter("teardown_dma_mappings"));
+	EXPECT_EQ(1, gpu_counter("live_pins"));		/* the persistent one */
+	ASSERT_EQ(0, gpu_info(self->env.gpu, self->handle, &info));
+	EXPECT_EQ(0, info.freed);
+	EXPECT_EQ((uintptr_t)self->va, info.va);
+	EXPECT_EQ(0x5a, p[0]);				/* still mapped, still there */
+	/* Not registered with the process's P2P object: not found. Again: nothing to do. */
+	EXPECT_EQ(-EINVAL, probe_pin(self->env.probe, (uintptr_t)self->va, GPU_PAGE, 0, NULL, NULL, 0));
+	EXPECT_EQ(-EINVAL, probe_pin(self->env.probe, (uintptr_t)self->va, GPU_PAGE,
+				     P2P_PROBE_PERSISTENT, NULL, NULL, 0));
+	EXPECT_EQ(0, gpu_unregister(self->env.gpu, self->handle));
+	EXPECT_EQ(1, gpu_counter("unregisters"));
+
+	/* Registered again, it pins; the free calls back as usual. */
+	EXPECT_EQ(0, gpu_register(self->env.gpu, self->handle));
+	h2 = probe_pin_ok(self->env.probe, (uintptr_t)self->va, GPU_PAGE, 0);
+	ASSERT_NE(0, h2);
+	EXPECT_EQ(0, gpu_free(self->env.gpu, self->handle));
+	ASSERT_EQ(0, probe_state(self->env.probe, h2, &st));
+	EXPECT_EQ(1, st.callbacks);
+	EXPECT_EQ(2, gpu_counter("free_callbacks"));
+	EXPECT_EQ(1, gpu_counter("live_pins"));
+	EXPECT_EQ(0, probe_put(self->env.probe, h));
+	EXPECT_EQ(0, probe_put(self->env.probe, h2));
+	EXPECT_EQ(0, probe_put(self->env.probe, hp));
+	EXPECT_EQ(0, gpu_counter("live_allocations"));
 }
 
 /* Closing the file destroys the "context": callbacks run in the closing process. */

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * nvidia_p2p_get_pages finds only the calling process's GPU memory (current->mm), as nvidia.ko
- * does: a forked child, another process or a kernel worker gets -EINVAL for the same VA; another
- * thread of the owner finds it. A child does not inherit the mapping and cannot map or free its
- * parent's allocation.
+ * Identity, as nvidia.ko keeps it: nvidia_p2p_get_pages finds only the calling process's GPU
+ * memory, so a forked child, another process or a kernel worker gets -EINVAL for the same VA while
+ * another thread of the owner finds it; a child does not inherit the mapping and cannot map, free
+ * or unregister its parent's allocation. nvidia_p2p_put_pages finds only the calling process's
+ * pins: from a forked child or a kworker it returns 0 and unpins nothing, and the free callback
+ * stays armed. nvidia_p2p_put_pages_persistent works from any task.
  */
 #include <pthread.h>
 
@@ -149,6 +151,8 @@ static int child_maps_or_frees(void *p)
 		return 1;
 	if (ioctl(a->env->gpu, NVP2P_IOC_FREE, &handle) == 0 || errno != EACCES)
 		return 2;
+	if (ioctl(a->env->gpu, NVP2P_IOC_UNREGISTER, &handle) == 0 || errno != EACCES)
+		return 3;
 	return 0;
 }
 
@@ -203,6 +207,141 @@ TEST_F(process, other_thread)
 	ASSERT_EQ(0, pthread_join(th, NULL));
 	EXPECT_EQ(0, t.ret);
 	EXPECT_EQ(0, probe_put(self->env.probe, t.handle));
+	EXPECT_EQ(0, gpu_free(self->env.gpu, self->handle));
+}
+
+struct put_arg {
+	int probe;
+	__u64 handle;
+	uint32_t flags;
+};
+
+/* 0 if the child's put returned 0 and the probe kept the pin (nothing was unpinned). */
+static int child_puts(void *p)
+{
+	struct put_arg *a = p;
+	int kept;
+
+	if (probe_put_kept(a->probe, a->handle, a->flags, &kept))
+		return 1;
+	return kept == 1 ? 0 : 2;
+}
+
+/*
+ * A non-persistent put from another process than the pinning one, or from a kworker (as when
+ * the last close of an inherited uverbs file, a device removal or a NIC reload destroys the MR):
+ * 0, nothing unpinned, no BAR1 given back, and the free callback still comes when the owner frees.
+ */
+static void foreign_put(struct __test_metadata *_metadata, struct standin_env *env, char *va,
+			__u64 alloc, bool from_child)
+{
+	struct put_arg a = { env->probe };
+	struct p2p_probe_pin_state st;
+	struct p2p_probe_map m;
+	int kept;
+
+	a.handle = probe_pin_ok(env->probe, (uintptr_t)va, 2 * GPU_PAGE, 0);
+	ASSERT_NE(0, a.handle);
+	ASSERT_EQ(0, probe_map(env->probe, a.handle, P2P_PROBE_PEER_GPU, 0, &m, NULL, 0));
+	if (from_child) {
+		EXPECT_EQ(0, in_child(child_puts, &a));
+	} else {
+		EXPECT_EQ(0, probe_put_kept(env->probe, a.handle, P2P_PROBE_PUT_FROM_WORKQUEUE, &kept));
+		EXPECT_EQ(1, kept);
+	}
+	EXPECT_EQ(1, gpu_counter("foreign_put_pages"));
+	EXPECT_EQ(0, gpu_counter("stale_put_pages"));
+	EXPECT_EQ(1, gpu_counter("live_pins"));
+	EXPECT_EQ(1, gpu_counter("live_page_tables"));
+	EXPECT_EQ(1, gpu_counter("live_dma_mappings"));
+	EXPECT_EQ(2 * GPU_PAGE, gpu_counter("bar1_pinned_bytes"));
+	ASSERT_EQ(0, probe_state(env->probe, a.handle, &st));
+	EXPECT_EQ(0, st.callbacks);
+	EXPECT_EQ(getpid(), st.pin_tgid);
+
+	/* The callback is still armed: the owner's free runs it, and the teardown unmaps. */
+	EXPECT_EQ(0, gpu_free(env->gpu, alloc));
+	ASSERT_EQ(0, probe_state(env->probe, a.handle, &st));
+	EXPECT_EQ(1, st.callbacks);
+	EXPECT_EQ(1, gpu_counter("teardown_dma_mappings"));
+	EXPECT_EQ(0, gpu_counter("live_pins"));
+	/* The owner's late put finds nothing any more: 0, and nothing is dereferenced. */
+	EXPECT_EQ(0, probe_put(env->probe, a.handle));
+	EXPECT_EQ(1, gpu_counter("stale_put_pages"));
+}
+
+TEST_F(process, foreign_put_from_child)
+{
+	foreign_put(_metadata, &self->env, self->va, self->handle, true);
+}
+
+TEST_F(process, foreign_put_from_workqueue)
+{
+	foreign_put(_metadata, &self->env, self->va, self->handle, false);
+}
+
+struct thread_put {
+	int probe;
+	__u64 handle;
+	int ret, kept;
+};
+
+static void *thread_put(void *p)
+{
+	struct thread_put *t = p;
+
+	t->ret = probe_put_kept(t->probe, t->handle, 0, &t->kept);
+	return NULL;
+}
+
+/* Another thread of the pinning process is the same process to the driver: it unpins. */
+TEST_F(process, put_from_other_thread)
+{
+	struct thread_put t = { self->env.probe };
+	pthread_t th;
+
+	t.handle = probe_pin_ok(self->env.probe, (uintptr_t)self->va, GPU_PAGE, 0);
+	ASSERT_NE(0, t.handle);
+	ASSERT_EQ(0, pthread_create(&th, NULL, thread_put, &t));
+	ASSERT_EQ(0, pthread_join(th, NULL));
+	EXPECT_EQ(0, t.ret);
+	EXPECT_EQ(0, t.kept);
+	EXPECT_EQ(0, gpu_counter("live_pins"));
+	EXPECT_EQ(0, gpu_counter("foreign_put_pages"));
+	EXPECT_EQ(0, gpu_free(self->env.gpu, self->handle));
+	EXPECT_EQ(0, gpu_counter("free_callbacks"));
+}
+
+/* 0 if the child's persistent put unpinned (the probe forgot the pin). */
+static int child_puts_persistent(void *p)
+{
+	struct put_arg *a = p;
+	int kept;
+
+	if (probe_put_kept(a->probe, a->handle, 0, &kept))
+		return 1;
+	return kept == 0 ? 0 : 2;
+}
+
+/* Persistent pins are found through their table: a child or a kworker can give them back. */
+TEST_F(process, persistent_put_from_anywhere)
+{
+	struct put_arg a = { self->env.probe };
+	__u64 h2;
+	int kept;
+
+	a.handle = probe_pin_ok(self->env.probe, (uintptr_t)self->va, GPU_PAGE, P2P_PROBE_PERSISTENT);
+	h2 = probe_pin_ok(self->env.probe, (uintptr_t)self->va + GPU_PAGE, GPU_PAGE,
+			  P2P_PROBE_PERSISTENT);
+	ASSERT_NE(0, a.handle);
+	ASSERT_NE(0, h2);
+	EXPECT_EQ(0, in_child(child_puts_persistent, &a));
+	EXPECT_EQ(1, gpu_counter("live_pins"));
+	EXPECT_EQ(0, probe_put_kept(self->env.probe, h2, P2P_PROBE_PUT_FROM_WORKQUEUE, &kept));
+	EXPECT_EQ(0, kept);
+	EXPECT_EQ(0, gpu_counter("live_pins"));
+	EXPECT_EQ(0, gpu_counter("live_page_tables"));
+	EXPECT_EQ(0, gpu_counter("foreign_put_pages"));
 	EXPECT_EQ(0, gpu_free(self->env.gpu, self->handle));
 }
 

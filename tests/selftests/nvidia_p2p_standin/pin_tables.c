@@ -2,7 +2,8 @@
 /*
  * What the NVIDIA P2P stand-in hands out: GPU memory that is the ivshmem BAR2 (mapped VM_IO |
  * VM_PFNMAP, so ordinary pinning fails on it, as on CUDA memory), and page tables in both layouts
- * (1.2 of drivers up to 575, 2.0 of 580+) whose 64 KiB pages carry the BAR's physical addresses.
+ * (1.2 of drivers up to 575, 2.0 of 580+: the generation's, or page_table_version's when set)
+ * whose 64 KiB pages carry the BAR's physical addresses.
  */
 #include "kselftest_harness.h"
 #include "standin_test.h"
@@ -101,11 +102,53 @@ TEST_F(tables, switch_version_at_runtime)
 	ASSERT_EQ(0, probe_pin(self->env.probe, (uintptr_t)va + GPU_PAGE, GPU_PAGE, 0, &b, NULL, 0));
 	EXPECT_EQ(variant->version, a.version);
 	EXPECT_EQ(other, b.version);
+	/* 0 goes back to the generation's layout. */
+	ASSERT_EQ(0, set_param("page_table_version", "0"));
+	ASSERT_EQ(0, read_text(STANDIN_PARAMS "page_table_version", v, sizeof(v)));
+	EXPECT_EQ(read_ll(STANDIN_PARAMS "generation") >= 580 ? 0x00020000 : 0x00010002,
+		  strtoul(v, NULL, 0));
 	/* Teardown frees both with their own sizes (KASAN would see a mismatch). */
 	EXPECT_EQ(0, gpu_free(self->env.gpu, handle));
 	EXPECT_EQ(2, gpu_counter("free_callbacks"));
 	EXPECT_EQ(0, probe_put(self->env.probe, a.handle));
 	EXPECT_EQ(0, probe_put(self->env.probe, b.handle));
+}
+
+/*
+ * The layout follows the generation (2.0 from 580) unless page_table_version says otherwise, at
+ * load or at run time.
+ */
+TEST_F_TIMEOUT(tables, generation_layouts, 300)
+{
+	static const struct { const char *params; uint32_t version; } loads[] = {
+		{ "generation=570", 0x00010002 },
+		{ "generation=580", 0x00020000 },
+		{ "generation=580 page_table_version=0x00010002", 0x00010002 },
+		{ "generation=570 page_table_version=0x00020000", 0x00020000 },
+	};
+	struct p2p_probe_pin p;
+	__u64 handle;
+	size_t i;
+	char *va;
+
+	for (i = 0; i < sizeof(loads) / sizeof(loads[0]); i++) {
+		close(self->env.probe);
+		close(self->env.gpu);
+		ASSERT_EQ(0, mod_unload("p2p_probe"));
+		ASSERT_EQ(0, mod_load(STANDIN, loads[i].params));
+		ASSERT_EQ(0, mod_load("p2p_probe", ""));
+		self->env.gpu = gpu_open();
+		self->env.probe = open(P2P_PROBE_DEVICE, O_RDWR | O_CLOEXEC);
+		ASSERT_LE(0, self->env.gpu);
+		ASSERT_LE(0, self->env.probe);
+		va = gpu_alloc(self->env.gpu, GPU_PAGE, &handle);
+		ASSERT_NE(NULL, va);
+		ASSERT_EQ(0, probe_pin(self->env.probe, (uintptr_t)va, GPU_PAGE, 0, &p, NULL, 0));
+		EXPECT_EQ(loads[i].version, p.version) TH_LOG("%s", loads[i].params);
+		EXPECT_EQ(0, p.pt_flags);
+		EXPECT_EQ(0, probe_put(self->env.probe, p.handle));
+		EXPECT_EQ(0, gpu_free(self->env.gpu, handle));
+	}
 }
 
 /* Reads and writes through the CUDA VA reach the BAR and come back. */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "gpumem.h"
+#include "race.h"
 #include "uapi/p2p_probe.h"
 
 #define GPU_PAGE NVP2P_GPU_PAGE_SIZE
@@ -243,13 +244,72 @@ static inline int probe_map(int probe, __u64 pin, uint32_t peer, uint32_t pci_ad
 	return m->ret;
 }
 
-static inline int probe_unmap(int probe, __u64 handle, uint32_t peer, uint32_t pci_addr)
+static inline int probe_unmap_ex(int probe, __u64 handle, uint32_t peer, uint32_t pci_addr,
+				 uint32_t flags)
 {
-	struct p2p_probe_unmap u = { .handle = handle, .peer = peer, .pci_addr = pci_addr };
+	struct p2p_probe_unmap u = { .handle = handle, .peer = peer, .pci_addr = pci_addr,
+				     .flags = flags };
 
 	if (ioctl(probe, P2P_PROBE_IOC_UNMAP, &u))
 		return PROBE_IOCTL_FAILED;
 	return u.ret;
+}
+
+static inline int probe_unmap(int probe, __u64 handle, uint32_t peer, uint32_t pci_addr)
+{
+	return probe_unmap_ex(probe, handle, peer, pci_addr, 0);
+}
+
+/* The probe's own errno when it refuses a call (e.g. ESTALE for a torn-down mapping); 0 if it made it. */
+static inline int probe_unmap_refused(int probe, __u64 handle, uint32_t peer)
+{
+	struct p2p_probe_unmap u = { .handle = handle, .peer = peer };
+
+	return ioctl(probe, P2P_PROBE_IOC_UNMAP, &u) ? errno : 0;
+}
+
+/* A put that reports whether the probe kept the pin (a non-persistent put from elsewhere). */
+static inline int probe_put_kept(int probe, __u64 handle, uint32_t flags, int *kept)
+{
+	struct p2p_probe_put p = { .handle = handle, .flags = flags };
+
+	*kept = -1;
+	if (ioctl(probe, P2P_PROBE_IOC_PUT, &p))
+		return PROBE_IOCTL_FAILED;
+	*kept = p.kept;
+	return p.ret;
+}
+
+/* ---- GPU memory ioctls beyond gpumem.h ---- */
+
+static inline int gpu_unregister(int fd, __u64 handle)
+{
+	return ioctl(fd, NVP2P_IOC_UNREGISTER, &handle) ? -errno : 0;
+}
+
+static inline int gpu_register(int fd, __u64 handle)
+{
+	return ioctl(fd, NVP2P_IOC_REGISTER, &handle) ? -errno : 0;
+}
+
+/* ---- threads ---- */
+
+/* The state letter of a task of this process (R, S, D, ...), or '?'. */
+static inline char task_state(pid_t tid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	f = fopen(path, "re");
+	if (!f)
+		return '?';
+	p = fgets(buf, sizeof(buf), f);
+	fclose(f);
+	if (!p)
+		return '?';
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : '?';
 }
 
 /* ---- PCI facts from sysfs ---- */
@@ -387,6 +447,30 @@ static inline bool pci_share_switch(const struct pci_loc *a, const struct pci_lo
 	if (!lca[0])
 		return false;
 	return pcie_type(lca) == 5 || pcie_type(lca) == 6;
+}
+
+/*
+ * Do two devices share an upstream bridge (nv_pci_has_common_pci_switch: any bridge above both,
+ * a root port included)? In the sysfs tree that is a PCI device both sit below; meeting only at
+ * the host bridge (pci0000:00) does not count.
+ */
+static inline bool pci_share_bridge(const struct pci_loc *a, const struct pci_loc *b)
+{
+	char pa[PATH_MAX], pb[PATH_MAX];
+	char *sa, *sb, *ca, *cb;
+	unsigned int d, bus, dev, fn;
+	bool shared = false;
+
+	snprintf(pa, sizeof(pa), "%s", a->path);
+	snprintf(pb, sizeof(pb), "%s", b->path);
+	ca = strtok_r(pa, "/", &sa);
+	cb = strtok_r(pb, "/", &sb);
+	for (; ca && cb && !strcmp(ca, cb); ca = strtok_r(NULL, "/", &sa), cb = strtok_r(NULL, "/", &sb))
+		/* A common PCI device that is not a or b itself: a bridge above both. */
+		if (sscanf(ca, "%x:%x:%x.%x", &d, &bus, &dev, &fn) == 4 &&
+		    strcmp(ca, a->name) && strcmp(ca, b->name))
+			shared = true;
+	return shared;
 }
 
 /* ---- the fixture every test program uses ---- */

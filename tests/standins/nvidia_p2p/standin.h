@@ -1,15 +1,25 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Internals of the NVIDIA P2P stand-in, shared by its source files. See README.md for what the
- * module is and how it differs from nvidia.ko.
+ * module is, which NVIDIA source each behaviour follows, and where it still differs.
+ *
+ * The module has the two layers nvidia.ko has:
+ *   - "RM" (standin_rm.c): the RM API lock, the third-party P2P tracking records (one per pin,
+ *     keyed by the page-table pointer), BAR1 extents, the lookup by calling process, and the
+ *     teardown that calls free callbacks when memory goes away;
+ *   - "nv-p2p" (standin_p2p.c): the exported nvidia_p2p_* functions, the pin allocation with its
+ *     embedded page table and DMA-mapping list, and the DMA mappings.
+ * standin_main.c is the device (ALLOC/FREE/... ioctls, mmap), standin_race.c the race points,
+ * standin_debugfs.c the counters and fault injection.
  */
 #ifndef NVP2P_STANDIN_H
 #define NVP2P_STANDIN_H
 
 #include <linux/atomic.h>
 #include <linux/list.h>
-#include <linux/mutex.h>
 #include <linux/pci.h>
+#include <linux/rwsem.h>
+#include <linux/semaphore.h>
 #include <linux/spinlock.h>
 #include <linux/types.h>
 
@@ -18,8 +28,10 @@
 #define GPU_PAGE_SIZE		(64 * 1024)	/* NVIDIA_P2P_PAGE_SIZE_64KB */
 #define PAGE_TABLE_VERSION_1_2	0x00010002	/* nv-p2p.h up to driver 575 */
 #define PAGE_TABLE_VERSION_2_0	0x00020000	/* driver 580+: a u32 flags appended */
+/* nv-p2p.h 570+; the 550 header we build against does not have it. */
+#define STANDIN_FLAGS_FORCE_BAR1_MAPPING	0x1
 
-/* The 580+ layout: the 1.2 struct, then flags. Allocated as a whole when version 2.0 is chosen. */
+/* The 580+ layout: the 1.2 struct, then flags. Every pin embeds this; 1.2 tables ignore flags. */
 struct page_table_v2 {
 	struct nvidia_p2p_page_table base;
 	u32 flags;
@@ -35,10 +47,26 @@ struct standin_gpu {
 	u8 uuid[NVIDIA_P2P_GPU_UUID_LEN];
 };
 
+/* Which third-party P2P object a pin lives in (RM: one per CUDA context, plus an internal one). */
+enum rm_object {
+	RM_OBJ_PROCESS,		/* the owning process's object: non-persistent pins */
+	RM_OBJ_INTERNAL,	/* RM's internal object: every persistent pin */
+	RM_OBJ_COUNT
+};
+
+/*
+ * One registered piece of video memory in one object (RM's CLI_THIRD_PARTY_P2P_VIDMEM_INFO): the
+ * pins' tracking records and the reference-counted BAR1 extents they share. Under the API lock.
+ */
+struct rm_vidmem {
+	struct list_head records;	/* struct rm_record, oldest first */
+	struct list_head extents;	/* struct rm_extent, sorted by offset, disjoint */
+};
+
 /*
  * A cudaMalloc. Reference counted (refs, under standin.alloc_lock): one for "not freed yet", one
- * per pin, one per VMA mapping it. The BAR range goes back to the allocator with the last one, so
- * neither a persistent pin nor a live mapping can see the range reused.
+ * per RM record (persistent records are RM's dup of the memory handle: they keep it alive after a
+ * free), one per VMA mapping it. The BAR range goes back to the allocator with the last one.
  */
 struct standin_alloc {
 	struct list_head node;		/* standin.allocs */
@@ -50,35 +78,27 @@ struct standin_alloc {
 	struct file *file;		/* the file it was allocated through (compared only) */
 	pid_t tgid;
 	unsigned int refs;
-	unsigned int pins;		/* under standin.lock */
 	bool freed;
+	bool unregistered;		/* NVP2P_IOC_UNREGISTER; under the API lock */
+	struct rm_vidmem vidmem[RM_OBJ_COUNT];	/* under the API lock */
 };
 
-/* One nvidia_p2p_get_pages{,_persistent}: the page table handed out and its DMA mappings. */
+/* nv-p2p's side of one pin (nv_p2p_mem_info): one allocation, as nvidia.ko makes it. */
 struct standin_pin {
-	struct list_head node;		/* standin.pins, under standin.lock */
-	struct standin_alloc *alloc;
-	u64 va;
-	u64 len;
-	u64 phys;			/* bus address of the first page */
-	bool persistent;
-	void (*free_callback)(void *data);
+	void (*free_callback)(void *data);	/* the client's */
 	void *data;
-	struct nvidia_p2p_page_table *pt;	/* what the client sees; 1.2 or 2.0 layout */
-	struct nvidia_p2p_page **page_ptrs;
-	struct nvidia_p2p_page *pages;
-	u8 *uuid;
-	u32 entries;			/* our own copy: never trust what a client may have scribbled */
-	struct list_head maps;		/* struct standin_map */
+	struct page_table_v2 page_table;	/* clients get &page_table.base */
+	struct {
+		struct list_head list;		/* struct standin_dma_map */
+		struct semaphore lock;
+	} dma_mappings;
+	bool persistent;		/* (nvidia.ko: private != NULL) */
 };
 
-/* One nvidia_p2p_dma_map_pages. */
-struct standin_map {
-	struct list_head node;		/* pin->maps */
-	struct nvidia_p2p_dma_mapping *m;
-	u64 *dma;
-	struct pci_dev *peer;		/* referenced */
-	u32 entries;
+/* One nvidia_p2p_dma_map_pages: the list node and the mapping the client gets. */
+struct standin_dma_map {
+	struct list_head node;		/* pin->dma_mappings.list */
+	struct nvidia_p2p_dma_mapping m;
 };
 
 /* Functions that fault injection can make fail. */
@@ -99,16 +119,20 @@ enum standin_fn {
 	X(live_pins)			\
 	X(live_page_tables)		\
 	X(live_dma_mappings)		\
+	X(live_bar1_extents)		\
 	X(bar1_pinned_bytes)		\
 	X(allocated_bytes)		\
 	X(total_allocations)		\
 	X(total_pins)			\
 	X(total_persistent_pins)	\
 	X(total_dma_mappings)		\
+	X(total_bar1_extents)		\
 	X(free_callbacks)		\
 	X(teardown_page_tables)		\
 	X(teardown_dma_mappings)	\
+	X(unregisters)			\
 	X(stale_put_pages)		\
+	X(foreign_put_pages)		\
 	X(stale_dma_unmaps)		\
 	X(bad_put_pages)		\
 	X(peer_mismatch_warnings)	\
@@ -117,7 +141,9 @@ enum standin_fn {
 	X(lookup_failures)		\
 	X(dma_map_errors)		\
 	X(callback_reentries)		\
+	X(leaked_by_driver)		\
 	X(injected_failures)		\
+	X(race_gate_timeouts)		\
 	X(leaked_at_unload)
 
 struct standin_counters {
@@ -128,13 +154,13 @@ struct standin_counters {
 
 struct standin_state {
 	/*
-	 * "The driver's lock": serialises the P2P API and is held across free callbacks, as
-	 * nvidia.ko holds its own locks there, so lockdep sees the nesting a client creates.
+	 * RM's API lock (rmapiLockAcquire(API_LOCK_FLAGS_NONE): taken for write), held where nvidia.ko's
+	 * rm_p2p_* wrappers hold it and across the teardown that runs free callbacks. The owner is
+	 * recorded, as RM's lock records it per thread, so that re-entry fails instead of deadlocking.
 	 */
-	struct mutex lock;
-	struct list_head pins;
-	/* The task running a free callback (under lock): its calls back into the API get -EBUSY. */
-	struct task_struct *in_callback;
+	struct rw_semaphore api_lock;
+	struct task_struct *api_lock_owner;
+	u64 bar1_mapped;		/* bytes of BAR1 extents, under api_lock */
 
 	spinlock_t alloc_lock;		/* allocs, alloc->refs/va/freed, gpu->used */
 	struct list_head allocs;
@@ -146,9 +172,15 @@ struct standin_state {
 };
 
 extern struct standin_state standin;
-extern unsigned int page_table_version;
+
+/* Module parameters (standin_main.c). */
+extern unsigned int generation;
 extern unsigned int bar1_reserve_mib;
-extern bool topology_check;
+extern unsigned int bar1_size_mib;
+extern unsigned int grdma_pci_topo_check_override;
+extern bool passthrough_vm;
+extern bool p2p_unsupported_chipset;
+u32 standin_page_table_version(void);
 
 #define count_inc(name)		atomic64_inc(&standin.c.name)
 #define count_dec(name)		atomic64_dec(&standin.c.name)
@@ -157,11 +189,54 @@ extern bool topology_check;
 
 /* standin_main.c */
 struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len);
+void standin_alloc_get(struct standin_alloc *a);
 void standin_alloc_put(struct standin_alloc *a);
 
-/* standin_p2p.c */
-void standin_teardown_alloc_pins(struct standin_alloc *a);
-void standin_free_leftover_pins(void);
+/* standin_rm.c: the RM layer. Functions named after the rm_p2p_* wrappers take the API lock. */
+int rm_api_lock(const char *fn);
+void rm_api_unlock(void);
+void rm_init_vidmem(struct standin_alloc *a);
+int rm_p2p_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len, const void *key,
+		     u64 *phys, u32 *entries, u8 **uuid);
+int rm_p2p_register_callback(u64 va, u64 len, const void *key,
+			     void (*cb)(void *data), void *data);
+int rm_p2p_get_gpu_info(u64 va, u64 len, u8 **uuid);
+int rm_p2p_get_pages_persistent(u64 va, u64 len, const void *key, bool force_bar1,
+				u64 *phys, u32 *entries);
+int rm_p2p_put_pages(const void *key);
+int rm_p2p_put_pages_persistent(const void *key);
+void rm_del_vidmem_locked(struct standin_alloc *a);
+void rm_free_leftover_records(void);
+
+int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma);
+
+/* standin_p2p.c: the nv-p2p layer */
+int standin_p2p_init(void);
+void standin_p2p_exit(void);
+void nv_p2p_mem_info_free_callback(void *data);
+unsigned int nv_p2p_free_page_table(struct nvidia_p2p_page_table *page_table);
+
+/* standin_race.c */
+enum race_point {
+	RP_GET_PAGES_PINNED,
+	RP_GET_PAGES_RETURN,
+	RP_GET_PAGES_PERSISTENT_RETURN,
+	RP_PUT_PAGES_BEFORE_LOCK,
+	RP_PUT_PAGES_UNLINKED,
+	RP_PUT_PAGES_PERSISTENT_BEFORE_LOCK,
+	RP_DMA_MAP_READ,
+	RP_DMA_MAP_LOCKED,
+	RP_DMA_MAP_BEFORE_INSERT,
+	RP_DMA_MAP_RETURN,
+	RP_DMA_UNMAP_BEFORE_SEM,
+	RP_DMA_UNMAP_REMOVED,
+	RP_TEARDOWN_BEFORE_CALLBACK,
+	RP_TEARDOWN_AFTER_CALLBACK,
+	RP_COUNT
+};
+void race_point(enum race_point p);
+void standin_race_init(struct dentry *dir);
+void standin_race_exit(void);
 
 /* standin_debugfs.c */
 int standin_inject(enum standin_fn fn);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * NVIDIA P2P stand-in: the device side. Binds to the ivshmem-plain "GPU", hands out "GPU memory"
- * from its BAR2 in 64 KiB granules through /dev/nvidia_p2p_standin (ALLOC, mmap, FREE, INFO; see
- * uapi/nvidia_p2p_standin.h) and owns the module's parameters and lifetime. The nvidia_p2p_* API
- * lives in standin_p2p.c, debugfs in standin_debugfs.c.
+ * from its BAR2 in 64 KiB granules through /dev/nvidia_p2p_standin (ALLOC, mmap, FREE, INFO,
+ * UNREGISTER, REGISTER; see uapi/nvidia_p2p_standin.h) and owns the module's parameters and
+ * lifetime. The RM layer is standin_rm.c, the nvidia_p2p_* API standin_p2p.c, race points
+ * standin_race.c, debugfs standin_debugfs.c.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -23,15 +24,53 @@
 static_assert(NVP2P_GPU_PAGE_SIZE == GPU_PAGE_SIZE);
 
 struct standin_state standin = {
-	.lock = __MUTEX_INITIALIZER(standin.lock),
-	.pins = LIST_HEAD_INIT(standin.pins),
+	.api_lock = __RWSEM_INITIALIZER(standin.api_lock),
 	.alloc_lock = __SPIN_LOCK_UNLOCKED(standin.alloc_lock),
 	.allocs = LIST_HEAD_INIT(standin.allocs),
 	.next_handle = 1,
 };
 
-/* Which nvidia_p2p_page_table layout get_pages hands out: 1.2 (up to 575) or 2.0 (580+). */
-unsigned int page_table_version = PAGE_TABLE_VERSION_1_2;
+/*
+ * Which driver branch to behave like (README.md, "Driver generations"): 550 (the nv-p2p.h we are
+ * built against), 570 (64 KiB length check, FORCE_BAR1 flag) or 580 (page table 2.0, topology
+ * check in dma_map_pages).
+ */
+unsigned int generation = 550;
+
+static int generation_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v != 550 && v != 570 && v != 580)
+		return -EINVAL;
+	WRITE_ONCE(generation, v);
+	return 0;
+}
+
+static const struct kernel_param_ops generation_ops = {
+	.set = generation_set,
+	.get = param_get_uint,
+};
+module_param_cb(generation, &generation_ops, &generation, 0644);
+MODULE_PARM_DESC(generation, "driver branch to behave like: 550 (default), 570 or 580");
+
+/*
+ * The nvidia_p2p_page_table layout handed out: 0 follows the generation (1.2 up to 575, 2.0 from
+ * 580); 0x00010002 or 0x00020000 overrides it. Reading shows the layout in effect.
+ */
+static unsigned int page_table_version;
+
+u32 standin_page_table_version(void)
+{
+	u32 v = READ_ONCE(page_table_version);
+
+	if (v)
+		return v;
+	return READ_ONCE(generation) >= 580 ? PAGE_TABLE_VERSION_2_0 : PAGE_TABLE_VERSION_1_2;
+}
 
 static int page_table_version_set(const char *val, const struct kernel_param *kp)
 {
@@ -40,7 +79,7 @@ static int page_table_version_set(const char *val, const struct kernel_param *kp
 
 	if (ret)
 		return ret;
-	if (v != PAGE_TABLE_VERSION_1_2 && v != PAGE_TABLE_VERSION_2_0)
+	if (v && v != PAGE_TABLE_VERSION_1_2 && v != PAGE_TABLE_VERSION_2_0)
 		return -EINVAL;
 	WRITE_ONCE(page_table_version, v);
 	return 0;
@@ -48,7 +87,7 @@ static int page_table_version_set(const char *val, const struct kernel_param *kp
 
 static int page_table_version_get(char *buf, const struct kernel_param *kp)
 {
-	return sysfs_emit(buf, "0x%08x\n", READ_ONCE(page_table_version));
+	return sysfs_emit(buf, "0x%08x\n", standin_page_table_version());
 }
 
 static const struct kernel_param_ops page_table_version_ops = {
@@ -57,22 +96,61 @@ static const struct kernel_param_ops page_table_version_ops = {
 };
 module_param_cb(page_table_version, &page_table_version_ops, &page_table_version, 0644);
 MODULE_PARM_DESC(page_table_version,
-		 "nvidia_p2p_page_table version handed out: 0x00010002 (default) or 0x00020000");
+		 "page table version handed out: 0 (the generation's, default), 0x00010002 or 0x00020000");
 
-/* nvidia.ko keeps part of BAR1 for itself; pins beyond the rest fail with -ENOMEM. */
+/* RM keeps 36 MiB of BAR1 out of third-party P2P's reach (CLI_THIRD_PARTY_P2P_BAR1_RESERVE). */
 unsigned int bar1_reserve_mib = 36;
 module_param(bar1_reserve_mib, uint, 0644);
 MODULE_PARM_DESC(bar1_reserve_mib, "BAR1 MiB that pins may not use (default 36)");
 
-/* Like NVreg_GrdmaPciTopoCheckOverride: 0 lets peers map across the root complex. */
-bool topology_check = true;
-module_param(topology_check, bool, 0644);
-MODULE_PARM_DESC(topology_check,
-		 "refuse dma_map_pages unless GPU and peer share a PCIe switch (default 1)");
+/*
+ * The BAR1 size the accounting believes in (RM's bar1Info.bar1Size); 0: the real BAR's. It only
+ * moves the -ENOMEM threshold: page tables always carry the allocation's own BAR addresses.
+ */
+unsigned int bar1_size_mib;
+module_param(bar1_size_mib, uint, 0644);
+MODULE_PARM_DESC(bar1_size_mib, "BAR1 size for the accounting in MiB (default 0: the BAR's size)");
+
+/* 580+: NVreg_GrdmaPciTopoCheckOverride: 0 no override, 1 allow, 2 deny. */
+unsigned int grdma_pci_topo_check_override;
+
+static int topo_override_set(const char *val, const struct kernel_param *kp)
+{
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v > 2)
+		return -EINVAL;
+	WRITE_ONCE(grdma_pci_topo_check_override, v);
+	return 0;
+}
+
+static const struct kernel_param_ops topo_override_ops = {
+	.set = topo_override_set,
+	.get = param_get_uint,
+};
+module_param_cb(grdma_pci_topo_check_override, &topo_override_ops,
+		&grdma_pci_topo_check_override, 0644);
+MODULE_PARM_DESC(grdma_pci_topo_check_override,
+		 "580+ NVreg_GrdmaPciTopoCheckOverride: 0 none (default), 1 allow, 2 deny");
+
+/* 580+: NV_FLAG_PASSTHRU: nvidia.ko allows RDMA in pass-through VMs whatever the topology. */
+bool passthrough_vm;
+module_param(passthrough_vm, bool, 0644);
+MODULE_PARM_DESC(passthrough_vm, "580+: behave as in a pass-through VM (topology not checked)");
+
+/* 580+: NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET (Grace, Ampere Altra, AmpereOne in nvidia.ko). */
+bool p2p_unsupported_chipset;
+module_param(p2p_unsupported_chipset, bool, 0644);
+MODULE_PARM_DESC(p2p_unsupported_chipset,
+		 "580+: the chipset is flagged unable to do P2P: peers need a common upstream bridge");
 
 /*
- * Find a live allocation of @mm covering [va, va + len) and take a reference on it, or NULL.
- * This is the "lookup by the calling process" of nvidia.ko: only the owner's own mapping counts.
+ * Find a live, registered allocation of @mm covering [va, va + len) and take a reference on it, or
+ * NULL. This is the "lookup by the calling process" of nvidia.ko: only the owner's own mapping
+ * counts. Called under the API lock (a->unregistered).
  */
 struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len)
 {
@@ -82,7 +160,7 @@ struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len)
 		return NULL;
 	spin_lock(&standin.alloc_lock);
 	list_for_each_entry(a, &standin.allocs, node) {
-		if (a->freed || a->mm != mm || !a->va)
+		if (a->freed || a->unregistered || a->mm != mm || !a->va)
 			continue;
 		if (va >= a->va && va - a->va < a->size && len <= a->size - (va - a->va)) {
 			a->refs++;
@@ -92,6 +170,13 @@ struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len)
 	}
 	spin_unlock(&standin.alloc_lock);
 	return found;
+}
+
+void standin_alloc_get(struct standin_alloc *a)
+{
+	spin_lock(&standin.alloc_lock);
+	a->refs++;
+	spin_unlock(&standin.alloc_lock);
 }
 
 /* Drop a reference; the last one gives the BAR range back. Process context. */
@@ -149,6 +234,7 @@ static long ioc_alloc(struct file *file, void __user *arg)
 	a->tgid = current->tgid;
 	a->refs = 1;
 	a->mm = current->mm;
+	rm_init_vidmem(a);
 	n = a->size / GPU_PAGE_SIZE;
 
 	spin_lock(&standin.alloc_lock);
@@ -189,6 +275,30 @@ err_unlock:
 	return ret;
 }
 
+/*
+ * Find the allocation @handle of @file for its owner (under alloc_lock): NULL with *err set when
+ * there is none (-EINVAL) or it is another process's (-EACCES: a forked child shares the file,
+ * not the allocation).
+ */
+static struct standin_alloc *find_owned_locked(struct file *file, u64 handle, int *err)
+{
+	struct standin_alloc *a = find_handle_locked(handle);
+
+	if (!a || a->file != file || a->freed) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	if (a->mm != current->mm) {
+		*err = -EACCES;
+		return NULL;
+	}
+	return a;
+}
+
+/*
+ * cudaFree: every non-persistent pin's free callback runs now, in this process, under the API
+ * lock, as RM frees video memory (vidmemDestruct -> CliUnregisterMemoryFromThirdPartyP2P).
+ */
 static long ioc_free(struct file *file, u64 __user *arg)
 {
 	struct standin_alloc *a;
@@ -197,23 +307,54 @@ static long ioc_free(struct file *file, u64 __user *arg)
 
 	if (get_user(handle, arg))
 		return -EFAULT;
-	mutex_lock(&standin.lock);
-	spin_lock(&standin.alloc_lock);
-	a = find_handle_locked(handle);
-	if (!a || a->file != file || a->freed || a->mm != current->mm) {
-		/* Only the owner frees (a forked child shares the file, not the allocation). */
-		ret = a && a->mm != current->mm && !a->freed ? -EACCES : -EINVAL;
-		spin_unlock(&standin.alloc_lock);
-		mutex_unlock(&standin.lock);
+	ret = rm_api_lock(__func__);
+	if (ret)
 		return ret;
-	}
-	a->freed = true;
+	spin_lock(&standin.alloc_lock);
+	a = find_owned_locked(file, handle, &ret);
+	if (a)
+		a->freed = true;
 	spin_unlock(&standin.alloc_lock);
-	/* cudaFree: every non-persistent pin's free callback runs now, in this process. */
-	standin_teardown_alloc_pins(a);
-	mutex_unlock(&standin.lock);
+	if (a)
+		rm_del_vidmem_locked(a);
+	rm_api_unlock();
+	if (!a)
+		return ret;
 	standin_alloc_put(a);
 	return 0;
+}
+
+/*
+ * NV503C_CTRL_CMD_UNREGISTER_VIDMEM: the memory leaves the process's third-party P2P object, so its
+ * non-persistent pins are torn down (free callbacks) while the memory itself stays allocated and
+ * mapped. Until NVP2P_IOC_REGISTER it cannot be pinned. Persistent pins are RM's own: untouched.
+ */
+static long ioc_unregister(struct file *file, u64 __user *arg, bool unregister)
+{
+	struct standin_alloc *a;
+	u64 handle;
+	int ret;
+
+	if (get_user(handle, arg))
+		return -EFAULT;
+	ret = rm_api_lock(__func__);
+	if (ret)
+		return ret;
+	spin_lock(&standin.alloc_lock);
+	a = find_owned_locked(file, handle, &ret);
+	spin_unlock(&standin.alloc_lock);
+	if (a) {
+		/* Freeing takes the API lock too, so the allocation cannot go meanwhile. */
+		if (unregister && !a->unregistered) {
+			a->unregistered = true;
+			count_inc(unregisters);
+			rm_del_vidmem_locked(a);
+		} else if (!unregister) {
+			a->unregistered = false;
+		}
+	}
+	rm_api_unlock();
+	return a ? 0 : ret;
 }
 
 static long ioc_info(void __user *arg)
@@ -221,26 +362,34 @@ static long ioc_info(void __user *arg)
 	struct nvp2p_info info;
 	struct standin_alloc *a;
 	struct standin_gpu *gpu;
-	int ret = 0;
+	int ret;
 
 	if (copy_from_user(&info, arg, sizeof(info)))
 		return -EFAULT;
-	mutex_lock(&standin.lock);	/* for a->pins */
+	ret = rm_api_lock(__func__);	/* for the records */
+	if (ret)
+		return ret;
 	spin_lock(&standin.alloc_lock);
 	a = find_handle_locked(info.handle);
 	gpu = standin.gpu;
 	if (!a || !gpu) {
 		ret = -EINVAL;
 	} else {
+		struct list_head *pos;
+		int i;
+
 		info.va = a->va;
 		info.size = a->size;
 		info.bar_offset = a->bar_offset;
 		info.phys_addr = gpu->bar_phys + a->bar_offset;
-		info.live_pins = a->pins;
+		info.live_pins = 0;
+		for (i = 0; i < RM_OBJ_COUNT; i++)
+			list_for_each(pos, &a->vidmem[i].records)
+				info.live_pins++;
 		info.freed = a->freed;
 	}
 	spin_unlock(&standin.alloc_lock);
-	mutex_unlock(&standin.lock);
+	rm_api_unlock();
 	if (ret)
 		return ret;
 	return copy_to_user(arg, &info, sizeof(info)) ? -EFAULT : 0;
@@ -257,6 +406,10 @@ static long standin_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		return ioc_free(file, uarg);
 	case NVP2P_IOC_INFO:
 		return ioc_info(uarg);
+	case NVP2P_IOC_UNREGISTER:
+		return ioc_unregister(file, uarg, true);
+	case NVP2P_IOC_REGISTER:
+		return ioc_unregister(file, uarg, false);
 	}
 	return -ENOTTY;
 }
@@ -353,12 +506,17 @@ static int standin_mmap(struct file *file, struct vm_area_struct *vma)
 	return 0;
 }
 
-/* Process exit (or the last close): destroying the CUDA context frees what is left. */
+/*
+ * Process exit (or the last close): destroying the CUDA context frees what is left, under one hold
+ * of the API lock as RM frees a client (rm_cleanup_file_private).
+ */
 static int standin_release(struct inode *inode, struct file *file)
 {
 	struct standin_alloc *a, *victim;
 
-	mutex_lock(&standin.lock);
+	/* Only the task holding the lock could be refused, and it cannot be closing our file. */
+	if (WARN_ON(rm_api_lock(__func__)))
+		return 0;
 	for (;;) {
 		victim = NULL;
 		spin_lock(&standin.alloc_lock);
@@ -372,10 +530,10 @@ static int standin_release(struct inode *inode, struct file *file)
 		spin_unlock(&standin.alloc_lock);
 		if (!victim)
 			break;
-		standin_teardown_alloc_pins(victim);
+		rm_del_vidmem_locked(victim);
 		standin_alloc_put(victim);
 	}
-	mutex_unlock(&standin.lock);
+	rm_api_unlock();
 	return 0;
 }
 
@@ -437,11 +595,9 @@ static int standin_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	gpu->uuid[11] = pdev->devfn;
 	pci_set_drvdata(pdev, gpu);
 
-	mutex_lock(&standin.lock);
 	spin_lock(&standin.alloc_lock);
 	standin.gpu = gpu;
 	spin_unlock(&standin.alloc_lock);
-	mutex_unlock(&standin.lock);
 	dev_info(&pdev->dev, "GPU stand-in: BAR2 %pa, %llu MiB, BAR1 reserve %u MiB\n",
 		 &gpu->bar_phys, (u64)gpu->bar_size >> 20, bar1_reserve_mib);
 	return 0;
@@ -460,14 +616,14 @@ static void standin_remove(struct pci_dev *pdev)
 	struct standin_gpu *gpu = pci_get_drvdata(pdev);
 
 	/* Only at unload (bind/unbind via sysfs is off): open files pin the module. */
-	mutex_lock(&standin.lock);
-	standin_free_leftover_pins();
+	WARN_ON(rm_api_lock(__func__));
+	rm_free_leftover_records();
 	spin_lock(&standin.alloc_lock);
 	if (!list_empty(&standin.allocs))
 		pr_err("allocations left at unload; their BAR ranges are forgotten\n");
 	standin.gpu = NULL;
 	spin_unlock(&standin.alloc_lock);
-	mutex_unlock(&standin.lock);
+	rm_api_unlock();
 	bitmap_free(gpu->used);
 	kfree(gpu);
 	pci_release_region(pdev, 2);
@@ -492,6 +648,9 @@ static int __init standin_init(void)
 {
 	int ret;
 
+	ret = standin_p2p_init();
+	if (ret)
+		return ret;
 	standin_debugfs_init();
 	ret = pci_register_driver(&standin_pci_driver);
 	if (ret)
@@ -501,12 +660,15 @@ static int __init standin_init(void)
 		goto err_pci;
 	if (!standin.gpu)
 		pr_warn("no ivshmem-plain device (1af4:1110): ALLOC will fail with ENODEV\n");
+	pr_info("behaving like the %u driver branch (page table 0x%08x)\n", generation,
+		standin_page_table_version());
 	return 0;
 
 err_pci:
 	pci_unregister_driver(&standin_pci_driver);
 err_debugfs:
 	standin_debugfs_exit();
+	standin_p2p_exit();
 	return ret;
 }
 
@@ -515,6 +677,7 @@ static void __exit standin_exit(void)
 	misc_deregister(&standin_misc);
 	pci_unregister_driver(&standin_pci_driver);
 	standin_debugfs_exit();
+	standin_p2p_exit();
 }
 
 module_init(standin_init);

@@ -1,210 +1,212 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * NVIDIA P2P stand-in: every function nv-p2p.h declares, with nvidia.ko's observable behaviour
- * (argument checks, errnos, lookup by the calling process, free callbacks, teardown) on top of the
- * ivshmem "GPU". Written from the header and from reading NVIDIA's open nv-p2p.c; README.md lists
- * where it deliberately differs.
+ * NVIDIA P2P stand-in: every function nv-p2p.h declares, as nvidia.ko's nv-p2p.c implements them
+ * on top of RM (standin_rm.c): the pin allocation with its embedded page table, DMA-mapping list
+ * and semaphore; the two API-lock sections of get_pages; the table read before the lock and the
+ * list insert after it in dma_map_pages; dma_unmap_pages under the pin's semaphore alone; the
+ * free callback wrapper that frees everything as soon as the client's callback returns. Written
+ * from reading NVIDIA's open sources, no code copied; README.md cites the lines each part follows.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/delay.h>
 #include <linux/dma-mapping.h>
-#include <linux/iommu.h>
 #include <linux/module.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
 
 #include "standin.h"
 
-/*
- * nvidia.ko holds its own locks while a free callback runs; a client calling back into the API
- * from there would deadlock on them. We hold standin.lock there too, so instead of hanging (or a
- * lockdep report about our own lock) the call is refused, loudly and countably.
- */
-static bool reentered(const char *fn)
+/* nvidia.ko allocates each nvidia_p2p_page from a cache of its own (nvidia_p2p_page_t_cache). */
+static struct kmem_cache *page_cache;
+
+int standin_p2p_init(void)
 {
-	if (READ_ONCE(standin.in_callback) != current)
-		return false;
-	count_inc(callback_reentries);
-	pr_warn_ratelimited("%s called from inside a free callback on the same task (%s[%d]): refused with EBUSY, the driver frees that table itself\n",
-			    fn, current->comm, current->pid);
-	return true;
+	page_cache = KMEM_CACHE(nvidia_p2p_page, 0);
+	return page_cache ? 0 : -ENOMEM;
 }
 
-/*
- * What every API entry point does first: refuse a call from inside a free callback, then count the
- * call for fault injection (which may fail it). Returns 0 or the errno to return.
- */
-static int enter_api(const char *fn, enum standin_fn which)
+void standin_p2p_exit(void)
 {
-	if (reentered(fn))
-		return -EBUSY;
-	return standin_inject(which);
+	kmem_cache_destroy(page_cache);
 }
 
-/* Under standin.lock. Pins are found by the pointer value only: never dereference a client's. */
-static struct standin_pin *find_pin_locked(const struct nvidia_p2p_page_table *pt)
+static struct standin_pin *to_pin(struct nvidia_p2p_page_table *page_table)
 {
-	struct standin_pin *pin;
-
-	list_for_each_entry(pin, &standin.pins, node)
-		if (pin->pt == pt)
-			return pin;
-	return NULL;
+	return container_of(page_table, struct standin_pin, page_table.base);
 }
 
-static struct standin_map *find_map_locked(struct standin_pin *pin,
-					   const struct nvidia_p2p_dma_mapping *m)
+/* nv_p2p_free_dma_mapping: unmap for the peer the mapping was made for (not referenced). */
+static void nv_p2p_free_dma_mapping(struct standin_dma_map *map)
 {
-	struct standin_map *map;
-
-	list_for_each_entry(map, &pin->maps, node)
-		if (map->m == m)
-			return map;
-	return NULL;
-}
-
-static void map_free(struct standin_map *map)
-{
+	struct nvidia_p2p_dma_mapping *m = &map->m;
 	u32 i;
 
-	for (i = 0; i < map->entries; i++)
-		dma_unmap_resource(&map->peer->dev, map->dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-	kfree(map->dma);
-	kfree(map->m);
-	pci_dev_put(map->peer);
+	for (i = 0; i < m->entries; i++)
+		dma_unmap_resource(&m->pci_dev->dev, m->dma_addresses[i], GPU_PAGE_SIZE,
+				   DMA_BIDIRECTIONAL, 0);
+	kfree(m->dma_addresses);
 	kfree(map);
 	count_dec(live_dma_mappings);
 }
 
-/* Under standin.lock, @pin already off standin.pins: free it and every DMA mapping of it. */
-static unsigned int pin_free_locked(struct standin_pin *pin)
+/* nv_p2p_remove_dma_mapping(mem_info, NULL): take the first mapping off, under the semaphore. */
+static struct standin_dma_map *remove_first_dma_mapping(struct standin_pin *pin)
 {
-	struct standin_map *map, *tmp;
-	unsigned int maps = 0;
+	struct standin_dma_map *map;
 
-	list_for_each_entry_safe(map, tmp, &pin->maps, node) {
+	down(&pin->dma_mappings.lock);
+	map = list_first_entry_or_null(&pin->dma_mappings.list, struct standin_dma_map, node);
+	if (map)
 		list_del(&map->node);
-		map_free(map);
+	up(&pin->dma_mappings.lock);
+	return map;
+}
+
+/*
+ * nv_p2p_free_page_table: every remaining DMA mapping, the pages, the UUID, the pin. No RM lock of
+ * its own. Returns how many DMA mappings it unmapped.
+ */
+unsigned int nv_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
+{
+	struct standin_pin *pin = to_pin(page_table);
+	struct standin_dma_map *map;
+	unsigned int maps = 0;
+	u32 i;
+
+	while ((map = remove_first_dma_mapping(pin))) {
+		nv_p2p_free_dma_mapping(map);
 		maps++;
 	}
-	kfree(pin->pt);
-	kfree(pin->page_ptrs);
-	kfree(pin->pages);
-	kfree(pin->uuid);
-	count_dec(live_pins);
-	count_dec(live_page_tables);
-	count_sub(bar1_pinned_bytes, pin->len);
-	pin->alloc->pins--;
-	standin_alloc_put(pin->alloc);
+	for (i = 0; i < page_table->entries; i++)
+		kmem_cache_free(page_cache, page_table->pages[i]);
+	kfree(page_table->gpu_uuid);
+	kfree(page_table->pages);
 	kfree(pin);
+	count_dec(live_page_tables);
 	return maps;
 }
 
-static struct standin_pin *pin_create(struct standin_gpu *gpu, struct standin_alloc *a,
-				      u64 va, u64 len)
+/*
+ * What RM calls for a pin when its memory goes (nv_p2p_mem_info_free_callback), API lock held:
+ * the client's callback, then at once the table, its DMA mappings and the pin are freed.
+ */
+void nv_p2p_mem_info_free_callback(void *data)
 {
-	u32 version = READ_ONCE(page_table_version);
-	u32 n = len / GPU_PAGE_SIZE, i;
-	struct standin_pin *pin;
+	struct standin_pin *pin = data;
+	unsigned int maps;
 
-	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
-	if (!pin)
-		return NULL;
-	INIT_LIST_HEAD(&pin->maps);
-	pin->alloc = a;
-	pin->va = va;
-	pin->len = len;
-	pin->entries = n;
-	pin->phys = gpu->bar_phys + a->bar_offset + (va - a->va);
-	/* Separate allocations, as nvidia.ko makes them, so KASAN sees each one die. */
-	if (version == PAGE_TABLE_VERSION_2_0)
-		pin->pt = kzalloc(sizeof(struct page_table_v2), GFP_KERNEL);
-	else
-		pin->pt = kzalloc(sizeof(struct nvidia_p2p_page_table), GFP_KERNEL);
-	pin->page_ptrs = kcalloc(n, sizeof(*pin->page_ptrs), GFP_KERNEL);
-	pin->pages = kcalloc(n, sizeof(*pin->pages), GFP_KERNEL);
-	pin->uuid = kmemdup(gpu->uuid, NVIDIA_P2P_GPU_UUID_LEN, GFP_KERNEL);
-	if (!pin->pt || !pin->page_ptrs || !pin->pages || !pin->uuid) {
-		kfree(pin->pt);
-		kfree(pin->page_ptrs);
-		kfree(pin->pages);
-		kfree(pin->uuid);
-		kfree(pin);
-		return NULL;
-	}
-	for (i = 0; i < n; i++) {
-		pin->pages[i].physical_address = pin->phys + (u64)i * GPU_PAGE_SIZE;
-		pin->page_ptrs[i] = &pin->pages[i];
-	}
-	pin->pt->version = version;
-	pin->pt->page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
-	pin->pt->pages = pin->page_ptrs;
-	pin->pt->entries = n;
-	pin->pt->gpu_uuid = pin->uuid;
-	/* 2.0's flags stay 0: no CPU-cacheable (coherent C2C/NVLink) memory here. */
-	return pin;
+	pin->free_callback(pin->data);
+	count_inc(free_callbacks);
+	race_point(RP_TEARDOWN_AFTER_CALLBACK);
+	maps = nv_p2p_free_page_table(&pin->page_table.base);
+	count_inc(teardown_page_tables);
+	count_add(teardown_dma_mappings, maps);
 }
 
-static int get_pages_common(u64 va, u64 len, struct nvidia_p2p_page_table **page_table,
-			    void (*free_callback)(void *data), void *data, bool persistent)
+/*
+ * nv_p2p_get_pages. The pin is allocated and *page_table pointed at it before RM is asked, so on
+ * a failure *page_table is left pointing at freed memory, as nvidia.ko leaves it; only argument
+ * errors found before that leave it untouched. Non-persistent: RM section #1 (pin, no callback),
+ * the table filled without a lock, RM section #2 (callback armed). Persistent: RM's GPU lookup,
+ * then the pin in RM's internal object.
+ */
+static int nv_p2p_get_pages(bool persistent, u64 p2p_token, u32 va_space, u64 va, u64 len,
+			    u32 flags, struct nvidia_p2p_page_table **page_table,
+			    void (*free_callback)(void *data), void *data)
 {
-	struct standin_alloc *a;
-	struct standin_gpu *gpu;
+	unsigned int gen = READ_ONCE(generation);
+	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_page *page;
+	bool force_bar1 = false, got_pages = false;
 	struct standin_pin *pin;
-	u64 reserve, limit;
-	int ret;
+	u32 entries = 0, i;
+	u8 *uuid = NULL;
+	u64 phys = 0;
+	int ret, put;
 
 	if (!page_table)
 		return -EINVAL;
-	*page_table = NULL;
-	if (!len || !IS_ALIGNED(va, GPU_PAGE_SIZE) || !IS_ALIGNED(len, GPU_PAGE_SIZE))
-		return -EINVAL;
+	if (gen >= 570) {
+		if (!IS_ALIGNED(va, GPU_PAGE_SIZE) || !IS_ALIGNED(len, GPU_PAGE_SIZE))
+			return -EINVAL;
+		/* The flags travel as a u8: only bit 0 of the low byte means anything. */
+		force_bar1 = (u8)flags & STANDIN_FLAGS_FORCE_BAR1_MAPPING;
+	}
 
-	mutex_lock(&standin.lock);
-	gpu = standin.gpu;
-	if (!gpu) {
-		ret = -ENODEV;
-		goto out_unlock;
-	}
-	/* current->mm: a kthread or workqueue has none, another process has its own. */
-	a = standin_get_alloc(current->mm, va, len);
-	if (!a) {
-		count_inc(lookup_failures);
-		ret = -EINVAL;
-		goto out_unlock;
-	}
-	reserve = (u64)READ_ONCE(bar1_reserve_mib) << 20;
-	limit = gpu->bar_size > reserve ? gpu->bar_size - reserve : 0;
-	if (atomic64_read(&standin.c.bar1_pinned_bytes) + len > limit) {
-		count_inc(bar1_refusals);
-		ret = -ENOMEM;
-		goto out_put;
-	}
-	pin = pin_create(gpu, a, va, len);
-	if (!pin) {
-		ret = -ENOMEM;
-		goto out_put;
-	}
+	*page_table = NULL;
+	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	if (!pin)
+		return -ENOMEM;
+	INIT_LIST_HEAD(&pin->dma_mappings.list);
+	sema_init(&pin->dma_mappings.lock, 1);
 	pin->persistent = persistent;
+	count_inc(live_page_tables);
+	pt = &pin->page_table.base;
+	*page_table = pt;
+
+	if (persistent) {
+		ret = rm_p2p_get_gpu_info(va, len, &uuid);
+		if (ret)
+			goto failed;
+		pt->gpu_uuid = uuid;
+		ret = rm_p2p_get_pages_persistent(va, len, pt, force_bar1, &phys, &entries);
+		if (ret)
+			goto failed;
+	} else {
+		ret = rm_p2p_get_pages(p2p_token, va_space, va, len, pt, &phys, &entries, &uuid);
+		if (ret)
+			goto failed;
+		pt->gpu_uuid = uuid;
+		race_point(RP_GET_PAGES_PINNED);
+	}
+	got_pages = true;
+
+	ret = -ENOMEM;
+	pt->pages = kcalloc(entries, sizeof(*pt->pages), GFP_KERNEL);
+	if (!pt->pages)
+		goto failed;
+	pt->version = standin_page_table_version();
+	for (i = 0; i < entries; i++) {
+		page = kmem_cache_zalloc(page_cache, GFP_KERNEL);
+		if (!page)
+			goto failed;
+		page->physical_address = phys + (u64)i * GPU_PAGE_SIZE;
+		pt->pages[i] = page;
+		pt->entries++;
+	}
+	pt->page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
+	/* 2.0's flags stay 0: no CPU-cacheable (coherent C2C/NVLink) memory here. */
+	pin->page_table.flags = 0;
+
+	if (persistent) {
+		race_point(RP_GET_PAGES_PERSISTENT_RETURN);
+		return 0;
+	}
 	pin->free_callback = free_callback;
 	pin->data = data;
-	list_add_tail(&pin->node, &standin.pins);
-	a->pins++;
-	count_inc(live_pins);
-	count_inc(live_page_tables);
-	count_inc(total_pins);
-	if (persistent)
-		count_inc(total_persistent_pins);
-	count_add(bar1_pinned_bytes, len);
-	*page_table = pin->pt;
-	mutex_unlock(&standin.lock);
+	ret = rm_p2p_register_callback(va, len, pt, nv_p2p_mem_info_free_callback, pin);
+	if (ret)
+		goto failed;
+	race_point(RP_GET_PAGES_RETURN);
 	return 0;
 
-out_put:
-	standin_alloc_put(a);
-out_unlock:
-	mutex_unlock(&standin.lock);
+failed:
+	if (got_pages) {
+		/* Unpin through RM as put_pages would, from this same task. */
+		put = persistent ? rm_p2p_put_pages_persistent(pt) : rm_p2p_put_pages(pt);
+		if (!put || put == -ENOENT || put == -ESRCH)
+			*page_table = NULL;
+		if (put == -ENOENT || put == -ESRCH) {
+			/*
+			 * The memory went between the two sections and RM dropped the pin without a
+			 * callback. nvidia.ko leaks the table here; we count that and free it.
+			 */
+			count_inc(leaked_by_driver);
+			pr_info("get_pages: %#llx+%#llx was freed while being pinned: -EINVAL (nvidia.ko leaks its table here)\n",
+				va, len);
+		}
+	}
+	nv_p2p_free_page_table(pt);
 	return ret;
 }
 
@@ -212,303 +214,200 @@ int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual
 			 uint64_t length, struct nvidia_p2p_page_table **page_table,
 			 void (*free_callback)(void *data), void *data)
 {
-	int ret;
+	int ret = standin_inject(FN_GET_PAGES);
 
-	ret = enter_api(__func__, FN_GET_PAGES);
 	if (ret)
 		return ret;
 	if (!free_callback)
 		return -EINVAL;		/* 535+ */
-	/* Tokens belong to the pre-UVA API that RM no longer resolves. */
-	if (p2p_token || va_space)
-		return -EINVAL;
-	return get_pages_common(virtual_address, length, page_table, free_callback, data, false);
+	return nv_p2p_get_pages(false, p2p_token, va_space, virtual_address, length, 0,
+				page_table, free_callback, data);
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages);
 
 int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 				    struct nvidia_p2p_page_table **page_table, uint32_t flags)
 {
-	int ret;
+	int ret = standin_inject(FN_GET_PAGES_PERSISTENT);
 
-	ret = enter_api(__func__, FN_GET_PAGES_PERSISTENT);
 	if (ret)
 		return ret;
-	if (flags)
+	/* 550 wants 0; 570+ reads FORCE_BAR1 and ignores the rest. */
+	if (flags && READ_ONCE(generation) < 570)
 		return -EINVAL;
-	return get_pages_common(virtual_address, length, page_table, NULL, NULL, true);
+	return nv_p2p_get_pages(true, 0, 0, virtual_address, length, flags, page_table,
+				NULL, NULL);
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
 
+/*
+ * The table is only a key here: RM searches the calling process's pins for it. Not found (another
+ * process, a kworker, a forked child, or torn down already) is success with nothing unpinned, and
+ * a pin that was not found keeps its callback armed.
+ */
 int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
-	struct standin_pin *pin;
-	int ret;
+	int ret = standin_inject(FN_PUT_PAGES);
 
-	ret = enter_api(__func__, FN_PUT_PAGES);
 	if (ret)
 		return ret;
 	if (!page_table)
 		return 0;
-	mutex_lock(&standin.lock);
-	pin = find_pin_locked(page_table);
-	if (!pin) {
-		/* Torn down by a free callback already: nothing to do, as in nvidia.ko. */
-		count_inc(stale_put_pages);
-		ret = 0;
-	} else if (pin->persistent || pin->va != virtual_address) {
-		count_inc(bad_put_pages);
-		pr_warn("put_pages: table %p is %s (va %#llx, given %#llx): refused\n",
-			page_table, pin->persistent ? "persistent" : "pinned at another address",
-			pin->va, virtual_address);
-		ret = -EINVAL;
-	} else {
-		list_del(&pin->node);
-		pin_free_locked(pin);
-		ret = 0;
+	race_point(RP_PUT_PAGES_BEFORE_LOCK);
+	ret = rm_p2p_put_pages(page_table);
+	if (ret == -ESRCH || ret == -ENOENT) {
+		if (ret == -ESRCH)
+			count_inc(foreign_put_pages);
+		else
+			count_inc(stale_put_pages);
+		return 0;
 	}
-	mutex_unlock(&standin.lock);
-	return ret;
+	if (ret)
+		return ret;	/* -EIO: the API lock re-entered (rm_api_lock WARNed) */
+	race_point(RP_PUT_PAGES_UNLINKED);
+	nv_p2p_free_page_table(page_table);
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages);
 
+/*
+ * Persistent tables are found through themselves (container_of), from any task: nvidia.ko reads
+ * the table before anything else, so a freed one is a use after free here too.
+ */
 int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 				    struct nvidia_p2p_page_table *page_table, uint32_t flags)
 {
+	u8 uuid[NVIDIA_P2P_GPU_UUID_LEN];
 	struct standin_pin *pin;
-	int ret;
+	int ret = standin_inject(FN_PUT_PAGES_PERSISTENT);
 
-	ret = enter_api(__func__, FN_PUT_PAGES_PERSISTENT);
 	if (ret)
 		return ret;
 	if (flags)
 		return -EINVAL;
 	if (!page_table)
 		return 0;
-	mutex_lock(&standin.lock);
-	pin = find_pin_locked(page_table);
-	if (!pin || !pin->persistent || pin->va != virtual_address) {
-		/* nvidia.ko would dereference the table here: a persistent one never dies under you. */
+	/* For nvidia_dev_put_uuid, which the stand-in has no use for: the read is what matters. */
+	memcpy(uuid, page_table->gpu_uuid, sizeof(uuid));
+	pin = to_pin(page_table);
+	if (!pin->persistent) {
+		/* nvidia.ko passes RM a NULL object here and crashes. */
 		count_inc(bad_put_pages);
-		pr_warn("put_pages_persistent: %p (va %#llx) is not a persistent table of ours\n",
-			page_table, virtual_address);
-		ret = -EINVAL;
-	} else {
-		list_del(&pin->node);
-		pin_free_locked(pin);
-		ret = 0;
+		WARN(1, "put_pages_persistent: %p is a non-persistent page table\n", page_table);
+		return -EINVAL;
 	}
-	mutex_unlock(&standin.lock);
-	return ret;
+	race_point(RP_PUT_PAGES_PERSISTENT_BEFORE_LOCK);
+	ret = rm_p2p_put_pages_persistent(page_table);
+	if (ret)
+		return ret;
+	nv_p2p_free_page_table(page_table);
+	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
 
 /*
- * cudaFree or context teardown, under standin.lock: for every non-persistent pin of @a, call the
- * client's free callback in this (process) context, then free the page table and every DMA
- * mapping of it at once, so a client that touches them afterwards meets KASAN.
+ * The table is read (really dereferenced) before the API lock, the pages mapped under it, and the
+ * mapping linked into the pin's list under its semaphore after it. Nothing checks that the table
+ * is still alive: a teardown in between is a use after free, as in nvidia.ko.
  */
-void standin_teardown_alloc_pins(struct standin_alloc *a)
-{
-	struct standin_pin *pin;
-	unsigned int delay_ms, maps;
-
-	lockdep_assert_held(&standin.lock);
-	for (;;) {
-		bool found = false;
-
-		list_for_each_entry(pin, &standin.pins, node) {
-			if (pin->alloc == a && !pin->persistent) {
-				found = true;
-				break;
-			}
-		}
-		if (!found)
-			break;
-		/* Unlinked first: a racing put_pages waits for the lock, then finds nothing. */
-		list_del(&pin->node);
-		delay_ms = READ_ONCE(standin.free_callback_delay_ms);
-		if (delay_ms)
-			msleep(delay_ms);
-		WRITE_ONCE(standin.in_callback, current);
-		pin->free_callback(pin->data);
-		WRITE_ONCE(standin.in_callback, NULL);
-		count_inc(free_callbacks);
-		maps = pin_free_locked(pin);
-		count_inc(teardown_page_tables);
-		count_add(teardown_dma_mappings, maps);
-	}
-}
-
-/* Module unload with pins left (a client module leaked persistent pins and went away). */
-void standin_free_leftover_pins(void)
-{
-	struct standin_pin *pin, *tmp;
-
-	lockdep_assert_held(&standin.lock);
-	list_for_each_entry_safe(pin, tmp, &standin.pins, node) {
-		pr_err("unload: %s pin of %#llx+%#llx leaked by its client; freeing it\n",
-		       pin->persistent ? "persistent" : "non-persistent", pin->va, pin->len);
-		count_inc(leaked_at_unload);
-		list_del(&pin->node);
-		pin_free_locked(pin);
-	}
-}
-
-/*
- * GPUDirect RDMA wants GPU and peer below one PCIe switch. Meeting only at a root port or the
- * root complex is what nvidia.ko refuses unless NVreg_GrdmaPciTopoCheckOverride says otherwise.
- */
-static bool topology_supported(struct pci_dev *gpu, struct pci_dev *peer)
-{
-	struct pci_dev *x, *y;
-	int type;
-
-	if (gpu == peer)
-		return true;
-	for (x = pci_upstream_bridge(gpu); x; x = pci_upstream_bridge(x)) {
-		for (y = pci_upstream_bridge(peer); y; y = pci_upstream_bridge(y)) {
-			if (x != y)
-				continue;
-			if (!pci_is_pcie(x))
-				return false;
-			type = pci_pcie_type(x);
-			return type == PCI_EXP_TYPE_UPSTREAM || type == PCI_EXP_TYPE_DOWNSTREAM;
-		}
-	}
-	return false;
-}
-
-/*
- * Without IOMMU translation dma_map_resource() hands back the bus address and warns when the
- * peer's mask cannot reach it; nvidia.ko fails such a mapping quietly, so check first.
- */
-static bool peer_can_reach(struct pci_dev *peer, u64 phys, u64 len)
-{
-	struct iommu_domain *dom = iommu_get_domain_for_dev(&peer->dev);
-	u64 limit;
-
-	if (dom && (dom->type & __IOMMU_DOMAIN_PAGING))
-		return true;
-	limit = min_not_zero(dma_get_mask(&peer->dev), peer->dev.bus_dma_limit);
-	return phys + len - 1 <= limit;
-}
-
 int nvidia_p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
 			     struct nvidia_p2p_dma_mapping **dma_mapping)
 {
+	struct standin_dma_map *map;
 	struct standin_pin *pin;
-	struct standin_map *map;
-	u32 i;
-	int ret;
+	u32 page_count, i;
+	u64 *dma = NULL;
+	int ret = standin_inject(FN_DMA_MAP_PAGES);
 
-	ret = enter_api(__func__, FN_DMA_MAP_PAGES);
 	if (ret)
 		return ret;
-	if (!peer || !page_table || !dma_mapping)
+	if (!peer || !page_table || !dma_mapping || !page_table->gpu_uuid)
 		return -EINVAL;
+	pin = to_pin(page_table);
 	*dma_mapping = NULL;
-
-	mutex_lock(&standin.lock);
-	pin = find_pin_locked(page_table);
-	if (!pin || !standin.gpu) {
-		ret = -EINVAL;
-		goto out_unlock;
-	}
-	if (READ_ONCE(topology_check) && !topology_supported(standin.gpu->pdev, peer)) {
-		count_inc(topology_refusals);
-		pr_info("dma_map_pages: %s and GPU %s do not share a PCIe switch: refused (topology_check=0 overrides)\n",
-			pci_name(peer), pci_name(standin.gpu->pdev));
-		ret = -ENOTSUPP;
-		goto out_unlock;
-	}
-	if (!peer_can_reach(peer, pin->phys, pin->len)) {
-		count_inc(dma_map_errors);
-		pr_err("dma_map_pages: %s cannot address %#llx+%#llx (DMA mask %#llx)\n",
-		       pci_name(peer), pin->phys, pin->len, dma_get_mask(&peer->dev));
-		ret = -EIO;
-		goto out_unlock;
-	}
-	ret = -ENOMEM;
 	map = kzalloc(sizeof(*map), GFP_KERNEL);
 	if (!map)
-		goto out_unlock;
-	map->m = kzalloc(sizeof(*map->m), GFP_KERNEL);
-	map->dma = kcalloc(pin->entries, sizeof(*map->dma), GFP_KERNEL);
-	if (!map->m || !map->dma)
-		goto out_free;
-	for (i = 0; i < pin->entries; i++) {
-		u64 phys = pin->phys + (u64)i * GPU_PAGE_SIZE;
-		dma_addr_t addr = dma_map_resource(&peer->dev, phys, GPU_PAGE_SIZE,
-						   DMA_BIDIRECTIONAL, 0);
+		return -ENOMEM;
+	ret = -ENOMEM;
+	page_count = page_table->entries;
+	dma = kcalloc(page_count, sizeof(*dma), GFP_KERNEL);
+	if (!dma)
+		goto failed;
+	/* nvidia.ko BUG()s on these; a WARN is splat enough and keeps the VM alive. */
+	ret = -EINVAL;
+	if (WARN_ON(page_table->page_size != NVIDIA_P2P_PAGE_SIZE_64KB &&
+		    page_table->page_size != NVIDIA_P2P_PAGE_SIZE_128KB))
+		goto failed;
+	for (i = 0; i < page_count; i++)
+		dma[i] = page_table->pages[i]->physical_address;
+	race_point(RP_DMA_MAP_READ);
 
-		if (dma_mapping_error(&peer->dev, addr)) {
-			count_inc(dma_map_errors);
-			pr_err("dma_map_pages: mapping %#llx for %s failed\n", phys, pci_name(peer));
-			while (i--)
-				dma_unmap_resource(&peer->dev, map->dma[i], GPU_PAGE_SIZE,
-						   DMA_BIDIRECTIONAL, 0);
-			ret = -EIO;
-			goto out_free;
-		}
-		map->dma[i] = addr;
-	}
-	map->entries = pin->entries;
-	map->peer = pci_dev_get(peer);
-	map->m->version = NVIDIA_P2P_DMA_MAPPING_VERSION;
-	map->m->page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
-	map->m->entries = pin->entries;
-	map->m->dma_addresses = map->dma;
-	map->m->private = map;
-	map->m->pci_dev = peer;
-	list_add_tail(&map->node, &pin->maps);
+	ret = rm_p2p_dma_map_pages(peer, page_table->gpu_uuid, page_count, dma);
+	if (ret)
+		goto failed;
+
+	map->m.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
+	map->m.page_size_type = page_table->page_size;
+	map->m.entries = page_count;
+	map->m.dma_addresses = dma;
+	map->m.private = NULL;
+	map->m.pci_dev = peer;		/* no reference, as in nvidia.ko */
+	race_point(RP_DMA_MAP_BEFORE_INSERT);
+	down(&pin->dma_mappings.lock);
+	list_add_tail(&map->node, &pin->dma_mappings.list);
+	up(&pin->dma_mappings.lock);
 	count_inc(live_dma_mappings);
 	count_inc(total_dma_mappings);
-	*dma_mapping = map->m;
-	mutex_unlock(&standin.lock);
+	*dma_mapping = &map->m;
+	race_point(RP_DMA_MAP_RETURN);
 	return 0;
 
-out_free:
-	kfree(map->dma);
-	kfree(map->m);
+failed:
+	kfree(dma);
 	kfree(map);
-out_unlock:
-	mutex_unlock(&standin.lock);
 	return ret;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
 
+/*
+ * No RM lock: container_of on the table and its semaphore only. So it works inside a free callback
+ * (the table is alive until the callback returns), and on a torn-down table it uses freed memory.
+ * A mapping not in the list (unmapped already) is 0 without touching it.
+ */
 int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
 {
+	struct standin_dma_map *map, *found = NULL;
 	struct standin_pin *pin;
-	struct standin_map *map = NULL;
-	int ret;
+	int ret = standin_inject(FN_DMA_UNMAP_PAGES);
 
-	ret = enter_api(__func__, FN_DMA_UNMAP_PAGES);
 	if (ret)
 		return ret;
 	if (!peer || !page_table || !dma_mapping)
 		return -EINVAL;
-	mutex_lock(&standin.lock);
-	pin = find_pin_locked(page_table);
-	if (pin)
-		map = find_map_locked(pin, dma_mapping);
-	if (!map) {
-		/* Already gone with its table: idempotent, as in nvidia.ko. */
-		count_inc(stale_dma_unmaps);
-	} else {
-		if (peer != map->peer) {
-			/* nvidia.ko WARNs; tests provoke this on purpose, so only say it. */
-			count_inc(peer_mismatch_warnings);
-			pr_warn("dma_unmap_pages: peer %s is not %s, the peer the mapping was made for; unmapping it for %s\n",
-				pci_name(peer), pci_name(map->peer), pci_name(map->peer));
+	pin = to_pin(page_table);
+	race_point(RP_DMA_UNMAP_BEFORE_SEM);
+	down(&pin->dma_mappings.lock);
+	list_for_each_entry(map, &pin->dma_mappings.list, node) {
+		if (&map->m == dma_mapping) {
+			list_del(&map->node);
+			found = map;
+			break;
 		}
-		list_del(&map->node);
-		map_free(map);
 	}
-	mutex_unlock(&standin.lock);
+	up(&pin->dma_mappings.lock);
+	if (!found) {
+		count_inc(stale_dma_unmaps);
+		return 0;
+	}
+	race_point(RP_DMA_UNMAP_REMOVED);
+	if (peer != dma_mapping->pci_dev) {
+		count_inc(peer_mismatch_warnings);
+		WARN(1, "dma_unmap_pages: peer %s is not %s, the peer the mapping was made for\n",
+		     pci_name(peer), pci_name(dma_mapping->pci_dev));
+	}
+	nv_p2p_free_dma_mapping(found);
 	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);

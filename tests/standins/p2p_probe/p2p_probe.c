@@ -28,7 +28,10 @@ struct probe_pin {
 	struct nvidia_p2p_page_table *pt;
 	u64 va;
 	u32 flags;
+	pid_t tgid;		/* the process that pinned it */
 	bool persistent;
+	bool armed;		/* non-persistent, callback not run, not put by its owner: holds a
+				 * module reference (under st_lock) */
 	spinlock_t st_lock;
 	struct p2p_probe_pin_state st;	/* written by the free callback */
 };
@@ -36,6 +39,7 @@ struct probe_pin {
 struct probe_map {
 	struct list_head node;
 	u64 handle;
+	struct probe_pin *pin;	/* only compared once the pin may be gone */
 	struct nvidia_p2p_page_table *pt;
 	struct nvidia_p2p_dma_mapping *m;
 	struct pci_dev *peer;
@@ -43,13 +47,17 @@ struct probe_map {
 };
 
 /*
- * Never held across a call into nvidia_p2p_*: the free callback takes it under the driver's own
- * lock, so the order is always driver lock -> probe_lock.
+ * Never held across a call into nvidia_p2p_*: the free callback takes it under the driver's API
+ * lock, so the order is always API lock -> probe_lock.
  */
 static DEFINE_MUTEX(probe_lock);
 static LIST_HEAD(pins);
 static LIST_HEAD(maps);
 static u64 next_handle = 1;
+
+/* What the probe puts in the out-pointer before get_pages, to see whether it was written. */
+static u64 pt_sentinel;
+#define PT_SENTINEL ((struct nvidia_p2p_page_table *)&pt_sentinel)
 
 static struct probe_pin *find_pin(u64 handle)
 {
@@ -81,34 +89,55 @@ static struct probe_map *find_map(u64 handle)
 	return NULL;
 }
 
+/* The driver can no longer call this pin's callback: give back its module reference. */
+static void pin_disarm(struct probe_pin *pin)
+{
+	bool was;
+
+	spin_lock(&pin->st_lock);
+	was = pin->armed;
+	pin->armed = false;
+	spin_unlock(&pin->st_lock);
+	if (was)
+		module_put(THIS_MODULE);
+}
+
 /* The free callback: record how it was called; the table is alive until it returns. */
 static void probe_free_callback(void *data)
 {
 	struct probe_pin *pin = data;
-	struct nvidia_p2p_dma_mapping *m = NULL;
-	struct pci_dev *peer = NULL;
-	struct probe_map *map;
-	int unmap_ret = 0, put_ret = 0;
+	struct probe_map *map, *unmap = NULL;
 	u32 mapping_entries = 0;
+	int unmap_ret = 0, put_ret = 0;
 
 	mutex_lock(&probe_lock);
 	list_for_each_entry(map, &maps, node) {
 		if (map->pt == pin->pt && !map->dead) {
-			m = map->m;
-			peer = pci_dev_get(map->peer);
-			mapping_entries = m->entries;
+			mapping_entries = map->m->entries;
 			break;
 		}
 	}
-	/* The driver frees them all as soon as this returns. */
+	if (pin->flags & P2P_PROBE_CB_UNMAP) {
+		list_for_each_entry(map, &maps, node) {
+			if (map->pt == pin->pt && !map->dead) {
+				list_del(&map->node);
+				unmap = map;
+				break;
+			}
+		}
+	}
+	/* The driver frees the others as soon as this returns. */
 	maps_died(pin->pt);
 	mutex_unlock(&probe_lock);
-	if (pin->flags & P2P_PROBE_CB_REENTER) {
-		/* What a careless client does; the driver must refuse, not deadlock. */
-		unmap_ret = nvidia_p2p_dma_unmap_pages(peer, pin->pt, m);
-		put_ret = nvidia_p2p_put_pages(0, 0, pin->va, pin->pt);
+	if (unmap) {
+		/* Allowed: dma_unmap_pages takes no driver lock, and the table is alive. */
+		unmap_ret = nvidia_p2p_dma_unmap_pages(unmap->peer, unmap->pt, unmap->m);
+		pci_dev_put(unmap->peer);
+		kfree(unmap);
 	}
-	pci_dev_put(peer);
+	if (pin->flags & P2P_PROBE_CB_REENTER)
+		/* What a careless client does: the driver must refuse (and it WARNs). */
+		put_ret = nvidia_p2p_put_pages(0, 0, pin->va, pin->pt);
 
 	spin_lock(&pin->st_lock);
 	pin->st.callbacks++;
@@ -128,6 +157,7 @@ static void probe_free_callback(void *data)
 	spin_lock(&pin->st_lock);
 	pin->st.slept = 1;
 	spin_unlock(&pin->st_lock);
+	pin_disarm(pin);
 }
 
 struct pin_work {
@@ -159,7 +189,7 @@ static long ioc_pin(void __user *arg)
 	struct nvidia_p2p_page_table *pt;
 	struct p2p_probe_pin req;
 	struct probe_pin *pin;
-	u32 i, n;
+	u32 i = 0, n = 0;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
 		return -EFAULT;
@@ -170,6 +200,17 @@ static long ioc_pin(void __user *arg)
 	pin->va = req.va;
 	pin->flags = req.flags;
 	pin->persistent = req.flags & P2P_PROBE_PERSISTENT;
+	pin->tgid = current->tgid;
+	pin->st.pin_tgid = current->tgid;
+	pin->pt = PT_SENTINEL;
+	/*
+	 * Armed before the call: the callback may run (a racing free) before get_pages returns.
+	 * A failed get_pages never calls it.
+	 */
+	if (!pin->persistent) {
+		__module_get(THIS_MODULE);
+		pin->armed = true;
+	}
 
 	if (req.flags & P2P_PROBE_FROM_WORKQUEUE) {
 		struct pin_work pw = { .req = &req, .pin = pin };
@@ -182,27 +223,33 @@ static long ioc_pin(void __user *arg)
 	} else {
 		req.ret = do_get_pages(&req, pin);
 	}
+	/* Only compared: on a failure it may point at freed memory. */
+	pt = pin->pt;
+	req.pt_out = pt == PT_SENTINEL ? P2P_PROBE_PT_UNTOUCHED :
+		     !pt ? P2P_PROBE_PT_NULL : P2P_PROBE_PT_SET;
 	if (req.ret) {
+		pin_disarm(pin);
 		kfree(pin);
 		req.handle = 0;
 		return copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
 	}
 
-	/* Read it now: a concurrent cudaFree in another thread could tear it down. */
-	pt = pin->pt;
-	req.version = pt->version;
-	req.page_size = pt->page_size;
-	req.entries = pt->entries;
-	req.pt_flags = 0;
-	if ((pt->version >> 16) >= 2)
-		req.pt_flags = *(u32 *)(pt + 1);	/* 580+: u32 flags after the 1.x fields */
-	memcpy(req.gpu_uuid, pt->gpu_uuid, P2P_PROBE_UUID_LEN);
-	n = min(req.entries, req.max_entries);
-	for (i = 0; req.phys && i < n; i++) {
-		u64 __user *dst = (u64 __user *)u64_to_user_ptr(req.phys) + i;
+	if (!(req.flags & P2P_PROBE_NO_READ)) {
+		/* Read it now: a concurrent cudaFree in another thread could tear it down. */
+		req.version = pt->version;
+		req.page_size = pt->page_size;
+		req.entries = pt->entries;
+		req.pt_flags = 0;
+		if ((pt->version >> 16) >= 2)
+			req.pt_flags = *(u32 *)(pt + 1);	/* 580+: u32 flags after the 1.x fields */
+		memcpy(req.gpu_uuid, pt->gpu_uuid, P2P_PROBE_UUID_LEN);
+		n = min(req.entries, req.max_entries);
+		for (i = 0; req.phys && i < n; i++) {
+			u64 __user *dst = (u64 __user *)u64_to_user_ptr(req.phys) + i;
 
-		if (put_user(pt->pages[i]->physical_address, dst))
-			break;	/* reported below; the pin stays, to be put by handle */
+			if (put_user(pt->pages[i]->physical_address, dst))
+				break;	/* reported below; the pin stays, to be put by handle */
+		}
 	}
 
 	mutex_lock(&probe_lock);
@@ -215,12 +262,38 @@ static long ioc_pin(void __user *arg)
 	return 0;
 }
 
+struct put_work {
+	struct work_struct work;
+	u64 va;
+	struct nvidia_p2p_page_table *pt;
+	bool persistent;
+	u32 persistent_flags;
+	pid_t tgid;
+	int ret;
+};
+
+static int do_put_pages(bool persistent, u64 va, struct nvidia_p2p_page_table *pt, u32 flags)
+{
+	if (persistent)
+		return nvidia_p2p_put_pages_persistent(va, pt, flags);
+	return nvidia_p2p_put_pages(0, 0, va, pt);
+}
+
+static void put_work_fn(struct work_struct *work)
+{
+	struct put_work *pw = container_of(work, struct put_work, work);
+
+	pw->tgid = current->tgid;
+	pw->ret = do_put_pages(pw->persistent, pw->va, pw->pt, pw->persistent_flags);
+}
+
 static long ioc_put(void __user *arg)
 {
 	struct nvidia_p2p_page_table *pt;
 	struct p2p_probe_put req;
 	struct probe_pin *pin;
-	bool persistent;
+	bool persistent, foreign;
+	pid_t tgid = current->tgid;
 	u64 va;
 
 	if (copy_from_user(&req, arg, sizeof(req)))
@@ -236,12 +309,29 @@ static long ioc_put(void __user *arg)
 	persistent = pin->persistent ^ !!(req.flags & P2P_PROBE_PUT_OTHER);
 	mutex_unlock(&probe_lock);
 
-	if (persistent)
-		req.ret = nvidia_p2p_put_pages_persistent(va, pt, req.persistent_flags);
-	else
-		req.ret = nvidia_p2p_put_pages(0, 0, va, pt);
+	if (req.flags & P2P_PROBE_PUT_FROM_WORKQUEUE) {
+		struct put_work pw = { .va = va, .pt = pt, .persistent = persistent,
+				       .persistent_flags = req.persistent_flags };
 
-	if (!req.ret) {
+		INIT_WORK_ONSTACK(&pw.work, put_work_fn);
+		queue_work(system_unbound_wq, &pw.work);
+		flush_work(&pw.work);
+		destroy_work_on_stack(&pw.work);
+		req.ret = pw.ret;
+		tgid = pw.tgid;
+	} else {
+		req.ret = do_put_pages(persistent, va, pt, req.persistent_flags);
+	}
+
+	/*
+	 * A non-persistent put finds only the pinning process's pins: from anywhere else it returns 0
+	 * with the pin (and its callback) left in place, so the probe keeps it too.
+	 */
+	foreign = !pin->persistent && !persistent && tgid != pin->tgid;
+	req.kept = 0;
+	if (!req.ret && (foreign || (req.flags & P2P_PROBE_PUT_KEEP))) {
+		req.kept = 1;
+	} else if (!req.ret) {
 		mutex_lock(&probe_lock);
 		pin = find_pin(req.handle);
 		if (pin) {
@@ -249,7 +339,10 @@ static long ioc_put(void __user *arg)
 			maps_died(pin->pt);
 		}
 		mutex_unlock(&probe_lock);
-		kfree(pin);
+		if (pin) {
+			pin_disarm(pin);
+			kfree(pin);
+		}
 	}
 	return copy_to_user(arg, &req, sizeof(req)) ? -EFAULT : 0;
 }
@@ -334,11 +427,17 @@ static long ioc_map(void __user *arg)
 	mutex_lock(&probe_lock);
 	pin = find_pin(req.pin);
 	pt = pin ? pin->pt : NULL;
+	if (pin && !pin->persistent && !(req.flags & P2P_PROBE_STALE)) {
+		spin_lock(&pin->st_lock);
+		if (pin->st.callbacks)
+			pin = ERR_PTR(-ESTALE);	/* torn down: the driver would use freed memory */
+		spin_unlock(&pin->st_lock);
+	}
 	mutex_unlock(&probe_lock);
-	if (!pin) {
+	if (IS_ERR_OR_NULL(pin)) {
 		kfree(map);
 		pci_dev_put(peer);
-		return -ENOENT;
+		return pin ? PTR_ERR(pin) : -ENOENT;
 	}
 
 	req.ret = nvidia_p2p_dma_map_pages(peer, pt, &m);
@@ -355,6 +454,7 @@ static long ioc_map(void __user *arg)
 	for (i = 0; req.dma && i < n; i++)
 		if (put_user(m->dma_addresses[i], (u64 __user *)u64_to_user_ptr(req.dma) + i))
 			break;
+	map->pin = pin;
 	map->pt = pt;
 	map->m = m;
 	map->peer = peer;
@@ -386,14 +486,16 @@ static long ioc_unmap(void __user *arg)
 	map = find_map(req.handle);
 	pt = map ? map->pt : NULL;
 	m = map ? map->m : NULL;
+	if (map && map->dead && !(req.flags & P2P_PROBE_STALE))
+		map = ERR_PTR(-ESTALE);	/* freed with its table: the driver would use freed memory */
 	mutex_unlock(&probe_lock);
-	if (!map) {
+	if (IS_ERR_OR_NULL(map)) {
 		pci_dev_put(peer);
-		return -ENOENT;
+		return map ? PTR_ERR(map) : -ENOENT;
 	}
 	req.ret = nvidia_p2p_dma_unmap_pages(peer, pt, m);
 	pci_dev_put(peer);
-	if (!req.ret) {
+	if (!req.ret && !(req.flags & P2P_PROBE_UNMAP_KEEP)) {
 		mutex_lock(&probe_lock);
 		map = find_map(req.handle);
 		if (map)
@@ -512,15 +614,14 @@ static int __init probe_init(void)
 }
 
 /*
- * Give back what tests left: live mappings, then pins whose free callback has not run. The free
- * callback may still run meanwhile (another process freeing its GPU memory), so take entries off
- * the lists under probe_lock and call the driver without it.
+ * Give back what tests left: live mappings, then persistent pins. Non-persistent pins whose
+ * callback is still armed hold module references, so none can be left here; those left in the
+ * list are torn down, or were put from another process (and then torn down: the reference is gone).
  */
 static void __exit probe_exit(void)
 {
 	struct probe_map *map;
 	struct probe_pin *pin;
-	bool torn;
 	int ret;
 
 	misc_deregister(&probe_misc);
@@ -548,18 +649,11 @@ static void __exit probe_exit(void)
 		mutex_unlock(&probe_lock);
 		if (!pin)
 			break;
-		spin_lock(&pin->st_lock);
-		torn = pin->st.callbacks;
-		spin_unlock(&pin->st_lock);
-		/* A callback starting now is over before put_pages gets the driver's lock. */
-		if (pin->persistent)
+		if (pin->persistent) {
 			ret = nvidia_p2p_put_pages_persistent(pin->va, pin->pt, 0);
-		else if (!torn)
-			ret = nvidia_p2p_put_pages(0, 0, pin->va, pin->pt);
-		else
-			ret = 0;
-		if (ret)
-			pr_err("unload: put_pages: %d\n", ret);
+			if (ret)
+				pr_err("unload: put_pages_persistent: %d\n", ret);
+		}
 		kfree(pin);
 	}
 }

@@ -10,6 +10,10 @@
  *   ... register va with the peer-memory host, read and write GPU memory through va ...
  *   ioctl(fd, NVP2P_IOC_FREE, &alloc.handle);      // cudaFree: free callbacks run, in this process
  *
+ * NVP2P_IOC_UNREGISTER runs the free callbacks of an allocation's non-persistent pins without
+ * freeing it (NVIDIA's NV503C_CTRL_CMD_UNREGISTER_VIDMEM); the memory cannot be pinned again until
+ * NVP2P_IOC_REGISTER. Both are the owner's only, like FREE.
+ *
  * An allocation belongs to the process that made it (its mm); nvidia_p2p_get_pages() only finds
  * allocations of the calling process, at the address where that process mapped them. Closing the
  * last reference of the file (process exit) frees every allocation made through it, as destroying a
@@ -42,7 +46,7 @@ struct nvp2p_info {
 	__u64 size;		/* out */
 	__u64 bar_offset;	/* out */
 	__u64 phys_addr;	/* out: bus address of the first byte (BAR base + bar_offset) */
-	__u32 live_pins;	/* out: pins (persistent or not) on this allocation */
+	__u32 live_pins;	/* out: pins (persistent or not) RM tracks on this allocation */
 	__u32 freed;		/* out: 1 once freed while persistent pins keep the memory alive */
 };
 
@@ -50,5 +54,7 @@ struct nvp2p_info {
 #define NVP2P_IOC_ALLOC _IOWR(NVP2P_IOC_MAGIC, 1, struct nvp2p_alloc)
 #define NVP2P_IOC_FREE _IOW(NVP2P_IOC_MAGIC, 2, __u64)
 #define NVP2P_IOC_INFO _IOWR(NVP2P_IOC_MAGIC, 3, struct nvp2p_info)
+#define NVP2P_IOC_UNREGISTER _IOW(NVP2P_IOC_MAGIC, 4, __u64)
+#define NVP2P_IOC_REGISTER _IOW(NVP2P_IOC_MAGIC, 5, __u64)
 
 #endif /* _UAPI_NVIDIA_P2P_STANDIN_H */

@@ -11,10 +11,13 @@
  *   ioctl(fd, P2P_PROBE_IOC_UNMAP, &unmap);   // nvidia_p2p_dma_unmap_pages
  *   ioctl(fd, P2P_PROBE_IOC_PUT, &put);       // nvidia_p2p_put_pages{,_persistent}
  *
- * The ioctls themselves fail (-1/errno) only for probe problems (bad handle, EFAULT); what the
- * nvidia_p2p_* function returned is in the struct's `ret` (0 or a negative errno; -524 is the
- * kernel's ENOTSUPP). Pins and mappings are the module's, not the file's: they outlive the
- * process that made them (to test persistence after exit) until PUT/UNMAP or module unload.
+ * The ioctls themselves fail (-1/errno) only for probe problems (bad handle, EFAULT, ESTALE for
+ * a pin or mapping the driver has torn down, which the probe refuses to hand back to it unless
+ * told to); what the nvidia_p2p_* function returned is in the struct's `ret` (0 or a negative
+ * errno; -524 is the kernel's ENOTSUPP). Pins and mappings are the module's, not the file's: they
+ * outlive the process that made them (to test persistence after exit) until PUT/UNMAP or module
+ * unload. A non-persistent pin whose free callback is still armed holds a reference on the probe
+ * module, so the module cannot go while the driver could still call into it.
  */
 #ifndef _UAPI_P2P_PROBE_H
 #define _UAPI_P2P_PROBE_H
@@ -29,9 +32,19 @@
 #define P2P_PROBE_PERSISTENT		(1u << 0)	/* get_pages_persistent instead of get_pages */
 #define P2P_PROBE_NULL_CALLBACK		(1u << 1)	/* get_pages with free_callback == NULL */
 #define P2P_PROBE_FROM_WORKQUEUE	(1u << 2)	/* make the call from a kworker (no mm) */
-#define P2P_PROBE_CB_REENTER		(1u << 3)	/* the free callback calls dma_unmap_pages and
-							 * put_pages on its own table (forbidden) and
-							 * records what they return */
+#define P2P_PROBE_CB_REENTER		(1u << 3)	/* the free callback calls put_pages on its own
+							 * table (forbidden: the driver WARNs) and
+							 * records what it returns */
+#define P2P_PROBE_CB_UNMAP		(1u << 4)	/* the free callback unmaps the pin's first DMA
+							 * mapping (allowed) and records the result */
+#define P2P_PROBE_NO_READ		(1u << 5)	/* do not read the table after get_pages (a
+							 * racing free may have torn it down) */
+
+/* pin.pt_out: what get_pages left in its page_table out-pointer (never dereferenced) */
+#define P2P_PROBE_PT_UNTOUCHED		1	/* still the probe's sentinel */
+#define P2P_PROBE_PT_NULL		2
+#define P2P_PROBE_PT_SET		3	/* another pointer: a table, or (on failure) a
+						 * dangling one */
 
 struct p2p_probe_pin {
 	__u64 va;		/* in: virtual_address */
@@ -50,21 +63,26 @@ struct p2p_probe_pin {
 	__u32 page_size;	/* enum nvidia_p2p_page_size_type */
 	__u32 entries;
 	__u32 pt_flags;		/* the 2.x layout's flags; 0 for 1.x */
-	__u32 pad;
+	__u32 pt_out;		/* out, always: P2P_PROBE_PT_* */
 	__u8 gpu_uuid[P2P_PROBE_UUID_LEN];
 };
 
 /* put.flags */
 #define P2P_PROBE_PUT_VA	(1u << 0)	/* pass .va instead of the address it was pinned at */
 #define P2P_PROBE_PUT_OTHER	(1u << 1)	/* call the other put (persistent <-> non-persistent) */
+#define P2P_PROBE_PUT_FROM_WORKQUEUE (1u << 2)	/* make the call from a kworker */
+#define P2P_PROBE_PUT_KEEP	(1u << 3)	/* remember the pin even after a successful put (so
+						 * a second put can reach a freed table) */
 
 struct p2p_probe_put {
 	__u64 handle;		/* in */
 	__u64 va;		/* in, with P2P_PROBE_PUT_VA */
 	__u32 flags;		/* in: P2P_PROBE_PUT_* */
 	__u32 persistent_flags;	/* in: the flags argument of put_pages_persistent */
-	__s32 ret;		/* out; on 0 the probe forgets the pin */
-	__u32 pad;
+	__s32 ret;		/* out; on 0 the probe forgets the pin, unless: */
+	__u32 kept;		/* out: 1 when the probe keeps the pin although ret is 0, because a
+				 * non-persistent put came from another process than the pinning one
+				 * (nothing was unpinned: the callback stays armed) */
 };
 
 /* How the free callback of a pin was called (all zero until it is). */
@@ -77,9 +95,9 @@ struct p2p_probe_pin_state {
 	__s32 tgid;		/* out: current->tgid */
 	__u32 entries;		/* out: page_table->entries read inside (the table is alive there) */
 	__u32 mapping_entries;	/* out: entries of its first DMA mapping read inside (0: none) */
-	__s32 reenter_unmap_ret;/* out: with P2P_PROBE_CB_REENTER, what dma_unmap_pages returned */
-	__s32 reenter_put_ret;	/* out: likewise put_pages */
-	__u32 pad;
+	__s32 reenter_unmap_ret;/* out: with P2P_PROBE_CB_UNMAP, what dma_unmap_pages returned */
+	__s32 reenter_put_ret;	/* out: with P2P_PROBE_CB_REENTER, what put_pages returned */
+	__s32 pin_tgid;		/* out: the process that pinned it */
 	__u64 time_ns;		/* out: ktime_get_ns() when it ran */
 	char comm[16];		/* out: current->comm */
 };
@@ -93,6 +111,11 @@ struct p2p_probe_pin_state {
 
 #define P2P_PROBE_PCI_ADDR(domain, bus, devfn) (((domain) << 16) | ((bus) << 8) | (devfn))
 
+/* map.flags / unmap.flags: hand the driver a table or mapping it has torn down (use after free) */
+#define P2P_PROBE_STALE		(1u << 0)
+/* unmap.flags: remember the mapping even after a successful unmap (to unmap it twice) */
+#define P2P_PROBE_UNMAP_KEEP	(1u << 1)
+
 struct p2p_probe_map {
 	__u64 pin;		/* in: pin handle */
 	__u32 peer;		/* in: P2P_PROBE_PEER_* */
@@ -104,7 +127,7 @@ struct p2p_probe_map {
 	__u32 version;		/* out, from the mapping */
 	__u32 page_size_type;
 	__u32 entries;
-	__u32 pad;
+	__u32 flags;		/* in: P2P_PROBE_STALE */
 };
 
 struct p2p_probe_unmap {
@@ -112,7 +135,7 @@ struct p2p_probe_unmap {
 	__u32 peer;		/* in: the peer to pass (may differ from the one mapped for) */
 	__u32 pci_addr;		/* in */
 	__s32 ret;		/* out; on 0 the probe forgets the mapping */
-	__u32 pad;
+	__u32 flags;		/* in: P2P_PROBE_STALE */
 };
 
 /* pin_user_pages_fast(FOLL_WRITE | FOLL_LONGTERM) on a user range, unpinned again at once. */
