@@ -59,6 +59,22 @@ static inline int pmh_dereg(int fd, __u64 handle)
 	return ioctl(fd, PMH_IOC_DEREG_MR, &handle) ? -errno : 0;
 }
 
+/* ibv_dereg_mr with PMH_DEREG_* flags (PMH_DEREG_KWORKER: from the host's kworker). */
+static inline int pmh_dereg_ex(int fd, __u64 handle, unsigned int flags)
+{
+	struct pmh_dereg_mr d = { .handle = handle, .flags = flags };
+
+	return ioctl(fd, PMH_IOC_DEREG_MR_EX, &d) ? -errno : 0;
+}
+
+/* The NIC goes away: every MR of every open file is deregistered. Returns how many, or -errno. */
+static inline int pmh_remove_device(int fd)
+{
+	int n = ioctl(fd, PMH_IOC_REMOVE_DEVICE);
+
+	return n < 0 ? -errno : n;
+}
+
 /* Returns 0 or -errno; up to @max_sges SG entries go to @sges (may be NULL). */
 static inline int pmh_query(int fd, __u64 handle, struct pmh_query_mr *q, struct pmh_sge *sges,
 			    unsigned int max_sges)

@@ -133,16 +133,16 @@ TEST_F(racepoint, interface)
 		"gate get_pages.return 0", "gate get_pages.return 100 more", "clear more",
 		"open get_pages.return now",
 	};
-	struct race_point_state st;
+	struct race_info st;
 	char path[128], line[256];
 	size_t i = 0;
 	FILE *f;
 
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		EXPECT_EQ(-EINVAL, race_command(STANDIN, "%s", bad[i]))
+		EXPECT_EQ(-EINVAL, race_write(STANDIN, bad[i]))
 			TH_LOG("'%s'", bad[i] ? bad[i] : "");
 	/* One line per point, in a fixed order, all idle. */
-	race_path(path, sizeof(path), STANDIN);
+	snprintf(path, sizeof(path), RACE_DEBUGFS "/%s/race", STANDIN);
 	f = fopen(path, "re");
 	ASSERT_NE(NULL, f);
 	for (i = 0; fgets(line, sizeof(line), f); i++) {
@@ -190,7 +190,7 @@ TEST_F(racepoint, every_point_gates)
 {
 	uintptr_t va = (uintptr_t)self->va;
 	int probe = self->env.probe;
-	struct race_point_state st;
+	struct race_info st;
 	size_t i;
 
 	for (i = 0; i < N_POINTS; i++) {
@@ -274,7 +274,7 @@ TEST_F(racepoint, every_point_gates)
 /* Nobody opens: the task goes on after the timeout, which is counted and said. */
 TEST_F(racepoint, gate_timeout)
 {
-	struct race_point_state st;
+	struct race_info st;
 	__u64 t0, t1, h;
 	char mark[64];
 

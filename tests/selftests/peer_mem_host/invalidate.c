@@ -62,11 +62,12 @@ static void free_under_mr(struct __test_metadata *_metadata, int pmh, int gpu, s
 	ASSERT_EQ(0, gpu_counter("live_pins"));
 	ASSERT_EQ(0, gpu_counter("callback_reentries"));
 	/*
-	 * MLNX counts the MR deallocated when its mapping goes; its pages and bytes deregistered
-	 * when they are unmapped: now for a legacy client, at deregistration for an ex one.
+	 * MLNX counts the MR deallocated when its mapping goes; its bytes deregistered when they
+	 * are unmapped: now for a legacy client, at deregistration for an ex one. Its pages never:
+	 * it reads the entry count after clearing the table (peer_mem.c:190, 197).
 	 */
 	ASSERT_EQ(1, peer_stat(client, "num_dealloc_mrs"));
-	ASSERT_EQ(legacy ? 2 : 0, peer_stat(client, "num_dereg_pages"));
+	ASSERT_EQ(0, peer_stat(client, "num_dereg_pages"));
 	ASSERT_EQ(legacy ? MR_LEN : 0, peer_stat(client, "num_dereg_bytes"));
 }
 
@@ -79,7 +80,7 @@ static void dereg_after_invalidation(struct __test_metadata *_metadata, int pmh,
 	ASSERT_EQ(1, tc_counter(0, "release_calls"));
 	ASSERT_EQ(0, tc_counter(0, "release_cleanups"));
 	ASSERT_EQ(1, peer_stat(client, "num_dealloc_mrs"));
-	ASSERT_EQ(2, peer_stat(client, "num_dereg_pages"));
+	ASSERT_EQ(0, peer_stat(client, "num_dereg_pages"));
 	ASSERT_EQ(MR_LEN, peer_stat(client, "num_dereg_bytes"));
 	ASSERT_EQ(0, gpu_counter("stale_put_pages"));
 	ASSERT_EQ(0, gpu_counter("stale_dma_unmaps"));

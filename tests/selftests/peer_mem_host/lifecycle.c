@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Lifetimes: a process that exits with MRs registered gets them deregistered (ib_uverbs closes
- * its context), in either order of closing GPU memory and the host; a client that holds a module
- * reference per registration (nvidia-peermem does) cannot be unloaded under a live MR; one that
- * does not is held in ib_unregister_peer_memory_client until its last MR goes.
+ * its context), in either order of closing GPU memory and the host; a forked child that inherited
+ * the file and closes it last deregisters them itself, in its own task; a client that holds a
+ * module reference per registration (nvidia-peermem does) cannot be unloaded under a live MR; one
+ * that does not is held in ib_unregister_peer_memory_client until its last MR goes.
  */
 #include "kselftest_harness.h"
 #include "pmh_fixture.h"
@@ -87,6 +88,63 @@ TEST_F_TIMEOUT(pmh, process_exit_after_cuda_free, 120)
 	ASSERT_EQ(1, tc_counter(0, "free_callbacks"));
 	ASSERT_EQ(0, tc_counter(0, "put_pages_calls"));
 	ASSERT_EQ(0, tc_counter(0, "dma_unmap_calls"));
+}
+
+TEST_F_TIMEOUT(pmh, last_close_in_forked_child_deregisters, 120)
+{
+	struct pmh_reg_mr gpu_mr, mem_mr;
+	int go[2], status;
+	__u64 handle;
+	char *mem, c;
+	void *va;
+	pid_t pid;
+
+	/*
+	 * Persistent pins (a client that does not invalidate): the driver lets any task unpin
+	 * them, so what this shows is the host's part only. An invalidating client's non-persistent
+	 * pin could not be unpinned from the child (the driver looks pins up by process).
+	 */
+	LOAD("", "names=plain invalidating=0");
+	va = GPU_ALLOC(2 * GPU_PAGE, &handle);
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, 2 * GPU_PAGE, PMH_REG_WRITE | PMH_REG_NO_INVALIDATE,
+			     &gpu_mr));
+	mem = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, mem);
+	ASSERT_EQ(0, pmh_reg(self->pmh, mem, 8192, PMH_REG_WRITE, &mem_mr));
+	ASSERT_EQ(0, pipe(go));
+	pid = fork();
+	ASSERT_LE(0, pid);
+	if (!pid) {
+		/* The child inherited the file; once the parent closed its copy, ours is the last. */
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		close(self->pmh);
+		_exit(pmh_counter("live_mrs") == 0 ? 0 : 3);
+	}
+	close(go[0]);
+	close(self->pmh);
+	self->pmh = -1;
+	/* Not the last close: the MRs live on in the child's copy. */
+	ASSERT_EQ(2, pmh_counter("live_mrs"));
+	ASSERT_EQ(0, tc_counter(0, "release_calls"));
+	ASSERT_EQ(1, write(go[1], "x", 1));
+	close(go[1]);
+	ASSERT_EQ(pid, waitpid(pid, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(0, WEXITSTATUS(status)) TH_LOG("the child's close did not deregister");
+	/* The child's task called the client. */
+	ASSERT_EQ(1, tc_counter(0, "dma_unmap_calls"));
+	ASSERT_EQ(1, tc_counter(0, "put_pages_calls"));
+	ASSERT_EQ(1, tc_counter(0, "release_calls"));
+	ASSERT_EQ(0, tc_counter(0, "callbacks_in_kthread"));
+	ASSERT_EQ(pid, tc_log_pid("dma_unmap ctx=1"));
+	ASSERT_EQ(pid, tc_log_pid("put_pages ctx=1"));
+	ASSERT_EQ(pid, tc_log_pid("release ctx=1"));
+	ASSERT_EQ(0, pmh_counter("live_ordinary_mrs"));
+	munmap(mem, 8192);
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	ASSERT_NO_LEAKS();
 }
 
 TEST_F_TIMEOUT(pmh, module_reference_per_registration, 120)

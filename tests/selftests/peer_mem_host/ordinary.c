@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * The ordinary memory path: memory with struct pages is pinned and mapped by the host itself and
- * never reaches a peer client; the NIC moves bytes in and out of it. Also the errors of the
- * userspace interface.
+ * never reaches a peer client; the NIC moves bytes in and out of it. Pinning goes a page of page
+ * pointers at a time, as __ib_umem_get does, so huge lengths reach the peers without a large
+ * allocation; the checks before pinning refuse what MLNX refuses without asking peers. Also the
+ * errors of the userspace interface.
  */
 #include "kselftest_harness.h"
 #include "pmh_fixture.h"
@@ -149,6 +151,74 @@ TEST_F_TIMEOUT(pmh, interface_errors, 120)
 	close(other);
 	ASSERT_EQ(0, pmh_dereg(self->pmh, reg.handle));
 	munmap(mem, SIZE);
+}
+
+#define TIB (1ULL << 40)
+
+TEST_F_TIMEOUT(pmh, huge_lengths_reach_the_peers, 120)
+{
+	int warnings = kmsg_count("WARNING:");
+	char what[64];
+	__u64 handle;
+	char *va, *mem;
+
+	/*
+	 * 1 TiB and 10 TiB from GPU memory: the first chunk of pinning fails at once (VM_PFNMAP)
+	 * and the client is asked about the whole length, which its probe finds is not GPU memory
+	 * of this process. No allocation grows with the length (kvmalloc would warn above 2 GiB).
+	 */
+	LOAD("", "names=gpu");
+	va = GPU_ALLOC(GPU_PAGE, &handle);
+	ASSERT_EQ(-EFAULT, pmh_reg(self->pmh, va, TIB, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(1, tc_counter(0, "acquire_calls"));
+	snprintf(what, sizeof(what), "acquire addr=%#lx size=%#llx ", (unsigned long)va, TIB);
+	ASSERT_EQ(1, tc_log_count(what));
+	ASSERT_EQ(-EFAULT, pmh_reg(self->pmh, va, 10 * TIB, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(2, tc_counter(0, "acquire_calls"));
+	snprintf(what, sizeof(what), "size=%#llx ", 10 * TIB);
+	ASSERT_EQ(1, tc_log_count(what));
+	/* A client that claims it gets get_pages for all of it; the driver refuses the pin. */
+	ASSERT_EQ(0, tc_set(0, "acquire_mode", ACQ_ALWAYS));
+	ASSERT_EQ(-EINVAL, pmh_reg(self->pmh, va, 10 * TIB, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(1, tc_counter(0, "get_pages_calls"));
+	ASSERT_EQ(1, tc_counter(0, "release_calls"));
+	ASSERT_EQ(0, tc_set(0, "acquire_mode", ACQ_PROBE));
+
+	/* Ordinary memory followed by nothing: two pages pin, the rest does not; peers are asked. */
+	mem = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(MAP_FAILED, mem);
+	ASSERT_EQ(0, munmap(mem + 2 * 4096, 4096));
+	mem[0] = mem[4096] = 1;
+	ASSERT_EQ(-EFAULT, pmh_reg(self->pmh, mem, TIB, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(4, tc_counter(0, "acquire_calls"));
+	ASSERT_EQ(0, pmh_counter("live_mrs"));
+	munmap(mem, 2 * 4096);
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	ASSERT_EQ(warnings, kmsg_count("WARNING:"));
+	ASSERT_NO_LEAKS();
+}
+
+TEST_F_TIMEOUT(pmh, refused_before_any_peer_is_asked, 120)
+{
+	__u64 handle;
+	char *va;
+
+	LOAD("", "names=greedy");
+	ASSERT_EQ(0, tc_set(0, "acquire_mode", ACQ_ALWAYS));
+	va = GPU_ALLOC(GPU_PAGE, &handle);
+	/* umem.c: no pages; more than UINT_MAX pages (16 TiB and up); a range that wraps. */
+	ASSERT_EQ(-EINVAL, pmh_reg(self->pmh, va, 0, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(-EINVAL, pmh_reg(self->pmh, va, 16 * TIB, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(-EINVAL, pmh_reg(self->pmh, va, ~0ULL - (uintptr_t)va + 2, PMH_REG_WRITE,
+				   NULL));
+	ASSERT_EQ(-EINVAL, pmh_reg(self->pmh, (void *)(~0UL - 4095), 8192, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(0, tc_counter(0, "acquire_calls"));
+	/* Just under the limit the peer is asked. */
+	ASSERT_EQ(-EINVAL, pmh_reg(self->pmh, va, 16 * TIB - 2 * 4096, PMH_REG_WRITE, NULL));
+	ASSERT_EQ(1, tc_counter(0, "acquire_calls"));
+	ASSERT_EQ(0, pmh_counter("live_mrs"));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	ASSERT_NO_LEAKS();
 }
 
 TEST_HARNESS_MAIN

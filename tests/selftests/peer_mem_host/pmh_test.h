@@ -7,12 +7,14 @@
 #define PMH_TEST_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 
 #include "gpumem.h"
 #include "pmh.h"
+#include "race.h"
 
 #define TC_DEBUGFS	"/sys/kernel/debug/peer_test_client"
 #define HOST_KO		"peer_mem_host.ko"
@@ -85,6 +87,88 @@ static inline int tc_log_count(const char *what)
 	return n;
 }
 
+/* The client's gate (c<i>/gate): hold the next call of @cb ("get_pages", ..., "release"). */
+static inline int tc_gate(int client, const char *cb)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), TC_DEBUGFS "/c%d/gate", client);
+	return write_text(path, cb);
+}
+
+static inline int tc_gate_open(int client)
+{
+	return tc_gate(client, "open");
+}
+
+/* Wait until a call is held at the client's gate. Returns its pid, or -1 after @timeout_ms. */
+static inline int tc_gate_wait_held(int client, int timeout_ms)
+{
+	long long end = race_now_ms() + timeout_ms;
+	char path[256], text[64], cb[32];
+	int pid;
+
+	snprintf(path, sizeof(path), TC_DEBUGFS "/c%d/gate", client);
+	do {
+		if (!read_text(path, text, sizeof(text)) &&
+		    sscanf(text, "held %31s %d", cb, &pid) == 2)
+			return pid;
+		usleep(10 * 1000);
+	} while (race_now_ms() < end);
+	return -1;
+}
+
+/* The test client's log lines containing @what: the pid= of the first, or -1. */
+static inline int tc_log_pid(const char *what)
+{
+	static char buf[64 * 1024];
+	const char *p, *eol, *pid;
+
+	if (tc_log_read(buf, sizeof(buf)))
+		return -1;
+	p = strstr(buf, what);
+	if (!p)
+		return -1;
+	eol = strchr(p, '\n');
+	pid = strstr(p, " pid=");
+	if (!pid || (eol && pid > eol))
+		return -1;
+	return atoi(pid + 5);
+}
+
+/* How many kernel log records (all of them, from boot) contain @what; -errno on error. */
+static inline int kmsg_count(const char *what)
+{
+	char rec[2048];
+	ssize_t n;
+	int fd, found = 0;
+
+	fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		n = read(fd, rec, sizeof(rec) - 1);
+		if (n < 0 && errno == EPIPE)
+			continue;	/* overwritten records: go on with the next */
+		if (n <= 0)
+			break;
+		rec[n] = '\0';
+		if (strstr(rec, what))
+			found++;
+	}
+	close(fd);
+	return found;
+}
+
+/* Is @pid a kernel thread of the host's workqueue (a kworker)? */
+static inline int pid_is_kworker(int pid)
+{
+	char path[64], comm[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	return !read_text(path, comm, sizeof(comm)) && !strncmp(comm, "kworker/", 8);
+}
+
 /* Is the module file there? Tests that need it skip loudly without it. */
 static inline int module_available(const char *file)
 {
@@ -98,6 +182,10 @@ static inline int module_available(const char *file)
 static inline int env_unload(void)
 {
 	int ret;
+
+	/* A test that failed half-way may have left a gate armed. */
+	if (mod_loaded(HOST_MOD))
+		race_clear(HOST_MOD);
 
 	ret = mod_unload_wait(CLIENT_MOD);
 	if (!ret)
@@ -161,6 +249,116 @@ static inline unsigned long long now_ns(void)
 static inline int iommu_present(void)
 {
 	return path_exists("/sys/class/iommu") && system("ls /sys/class/iommu | grep -q .") == 0;
+}
+
+/*
+ * Operations that block in the kernel while a test holds a gate run in threads: each records its
+ * result, the thread's id (as the kernel's task pid) and when it finished.
+ */
+struct op_thread {
+	pthread_t th;
+	int pmh;			/* /dev/peer_mem_host (gpu_free: the stand-in's fd) */
+	int client;			/* test client index (invalidate) */
+	const void *addr;		/* register */
+	size_t len;
+	unsigned int flags;		/* PMH_REG_* or PMH_DEREG_* */
+	__u64 value;			/* handle (dereg, query) or core_context (invalidate) */
+	struct pmh_reg_mr reg;		/* out: register */
+	struct pmh_query_mr q;		/* out: query */
+	int tid;			/* out */
+	int ret;			/* out */
+	int done;			/* out: set (atomically) when the operation returned */
+	unsigned long long done_ns;	/* out */
+};
+
+static inline void op_finish(struct op_thread *t, int ret)
+{
+	t->ret = ret;
+	t->done_ns = now_ns();
+	__atomic_store_n(&t->done, 1, __ATOMIC_SEQ_CST);
+}
+
+static inline int op_done(struct op_thread *t)
+{
+	return __atomic_load_n(&t->done, __ATOMIC_SEQ_CST);
+}
+
+static inline void *op_reg_fn(void *arg)
+{
+	struct op_thread *t = arg;
+
+	t->tid = gettid();
+	op_finish(t, pmh_reg(t->pmh, t->addr, t->len, t->flags, &t->reg));
+	return NULL;
+}
+
+static inline void *op_dereg_fn(void *arg)
+{
+	struct op_thread *t = arg;
+
+	t->tid = gettid();
+	op_finish(t, pmh_dereg_ex(t->pmh, t->value, t->flags));
+	return NULL;
+}
+
+static inline void *op_query_fn(void *arg)
+{
+	struct op_thread *t = arg;
+
+	t->tid = gettid();
+	op_finish(t, pmh_query(t->pmh, t->value, &t->q, NULL, 0));
+	return NULL;
+}
+
+/* The client calls the host's invalidate with core_context t->value, as its free callback would. */
+static inline void *op_invalidate_fn(void *arg)
+{
+	struct op_thread *t = arg;
+	char path[256], text[32];
+
+	t->tid = gettid();
+	snprintf(path, sizeof(path), TC_DEBUGFS "/c%d/invalidate", t->client);
+	snprintf(text, sizeof(text), "%llu", (unsigned long long)t->value);
+	op_finish(t, write_text(path, text));
+	return NULL;
+}
+
+/* cudaFree of allocation t->value through the NVIDIA stand-in's fd t->pmh. */
+static inline void *op_gpu_free_fn(void *arg)
+{
+	struct op_thread *t = arg;
+
+	t->tid = gettid();
+	op_finish(t, gpu_free(t->pmh, t->value));
+	return NULL;
+}
+
+static inline void *op_remove_device_fn(void *arg)
+{
+	struct op_thread *t = arg;
+
+	t->tid = gettid();
+	op_finish(t, pmh_remove_device(t->pmh));
+	return NULL;
+}
+
+static inline int op_start(struct op_thread *t, void *(*fn)(void *))
+{
+	t->done = 0;
+	t->done_ns = 0;
+	return pthread_create(&t->th, NULL, fn, t);
+}
+
+static inline int op_join(struct op_thread *t)
+{
+	return pthread_join(t->th, NULL);
+}
+
+/* Is the operation still blocked @ms milliseconds from now? */
+static inline int op_still_blocked(struct op_thread *t, int ms)
+{
+	usleep(ms * 1000);
+	return !op_done(t);
 }
 
 #endif /* PMH_TEST_H */

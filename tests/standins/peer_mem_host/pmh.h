@@ -20,6 +20,9 @@
 
 #define PMH_NO_INVALIDATION_ID U32_MAX
 
+struct dentry;
+struct mm_struct;
+
 /* Module parameters (read-only after load). */
 extern int pmh_ex_support;
 extern int pmh_sysfs;
@@ -32,19 +35,22 @@ struct pmh_counters {
 	atomic_t live_peer_mrs;
 	atomic_t live_ordinary_mrs;
 	atomic_t registered_clients;
-	atomic_t clients_in_use;	/* client registrations with live MRs or acquires */
 	atomic_t reg_ok;		/* successful PMH_IOC_REG_MR */
 	atomic_t reg_failed;
 	atomic_t peer_reg_unwound;	/* peer registrations that failed after a client claimed */
+	atomic_t alignment_refusals;	/* ... because an SG entry was not PAGE_SIZE aligned */
 	atomic_t invalidate_calls;	/* the host's invalidate function called by a client */
 	atomic_t invalidate_unknown;	/* ... with a core_context no MR has */
 	atomic_t inline_unmaps;		/* invalidations that called dma_unmap/put_pages inline */
 	atomic_t dma_unmap_calls;	/* the host called a client's dma_unmap */
 	atomic_t put_pages_calls;
 	atomic_t release_calls;
+	atomic_t kworker_deregs;	/* MRs deregistered from the host's workqueue */
+	atomic_t removed_by_device;	/* ... of which by a device removal */
 	atomic_t dma_ops;		/* edu DMA transfers started */
 	atomic_t dma_refused;		/* PMH_IOC_DMA on a revoked/invalidated MR */
 	atomic_t nic_iommu;		/* 1 if the NIC's DMA goes through an IOMMU */
+	atomic_t race_gate_timeouts;	/* race-point gates that timed out (pmh_race.c) */
 };
 extern struct pmh_counters pmh_counters;
 
@@ -70,55 +76,69 @@ struct pmh_client {
 	} stats;
 };
 
+/* MLNX's enum ib_umem_mapped_state; 0 is UNMAPPED, so a zeroed MR starts in it. */
 enum pmh_mapped_state {
 	PMH_STATE_UNMAPPED,
 	PMH_STATE_MAPPED,
 	PMH_STATE_INVALIDATED,	/* invalidated, the client unmaps itself (PEER_MEM_INVALIDATE_UNMAPS) */
 };
 
-/* A memory region: what ib_umem + an mlx5 memory key are for a real NIC. */
+/*
+ * A memory region: an ib_umem (the peer part: MLNX's struct ib_umem_peer) and what the NIC
+ * driver keeps for it (an mlx5 memory key).
+ */
 struct pmh_mr {
 	struct kref kref;
-	struct mutex mapping_lock;	/* state, revocation, and the NIC's use of the SG list */
+	/*
+	 * MLNX's per-umem mapping_lock: mapped state, the notifier, and (here) the NIC's use of
+	 * the SG list. See README.md for when it is held.
+	 */
+	struct mutex mapping_lock;
+	struct list_head work_node;	/* on a kworker's list of MRs to deregister */
 	unsigned long addr;
 	size_t length;
 	bool writable;
 	bool is_peer;
 	struct device *dma_dev;		/* the NIC's */
-	/* Set once the client invalidated it: the NIC refuses it, as a revoked memory key. */
-	bool revoked;
-	enum pmh_mapped_state state;
-	u32 invalidations;
+	struct mm_struct *owning_mm;	/* pinned_vm is charged to it (mmgrab'd) */
+	unsigned long npages;		/* PAGE_SIZE pages of [addr, addr + length) */
+
+	/* The NIC's side: its "memory key". */
+	bool revoked;			/* the NIC refuses the MR (mlx5r_umr_revoke_mr) */
+	unsigned long sg_head_offset;	/* where MR offset 0 lies within the first SG entry */
+	unsigned int reg_nmap;		/* SG entries when the memory key was created */
+	u32 invalidations;		/* invalidations that took the mapping lock */
 	u64 invalidated_ns;
 	bool unmapped_by_invalidation;
-	bool inline_unmap_running;	/* a legacy invalidation is unmapping the client */
 
-	/* Where MR offset 0 lies within the first SG entry (the NIC adds it, as mlx5 does). */
-	unsigned long sg_head_offset;
-	unsigned int nmap;		/* mapped SG entries the NIC may use */
-	struct sg_table sgt;		/* peer: filled by the client's dma_map; ordinary: ours */
-
-	/* ordinary memory */
-	struct page **pages;
-	unsigned long npages;
-
-	/* peer memory */
+	/* The umem. For peer memory the client fills sgt_append.sgt in dma_map. */
+	struct sg_append_table sgt_append;
+	enum pmh_mapped_state state;
+	/* MLNX: invalidation_func != NULL (set by activation, cleared by stop). */
+	bool notifier_active;
 	struct pmh_client *client;
 	void *client_ctx;
 	u32 xa_id;
 	unsigned long page_size;
+	bool trim_failed;		/* an end entry was shorter than what trimming removes */
 	struct scatterlist *first_sg, *last_sg;
 	dma_addr_t first_dma_address;
 	unsigned int first_dma_length, first_length;
 	unsigned int last_dma_length, last_length;
 };
 
+static inline struct sg_table *pmh_mr_sgt(struct pmh_mr *mr)
+{
+	return &mr->sgt_append.sgt;
+}
+
 struct device *pmh_nic_dma_device(void);
 
 void pmh_clients_show(struct seq_file *m);
 
-/* Register [addr, addr + length) like ib_umem_get with peer memory allowed. */
+/* Register [addr, addr + length) like ib_umem_get_peer + mlx5's reg_user_mr. */
 struct pmh_mr *pmh_mr_register(unsigned long addr, size_t length, u32 flags);
+/* Like mlx5_ib_dereg_mr + ib_umem_release, from whatever task calls it. */
 void pmh_mr_deregister(struct pmh_mr *mr);
 void pmh_mr_put(struct pmh_mr *mr);
 
@@ -126,5 +146,24 @@ int pmh_nic_init(void);
 void pmh_nic_exit(void);
 /* RDMA write (to_mr) or read between a kernel buffer and the MR; mapping_lock held by the caller. */
 int pmh_nic_transfer(struct pmh_mr *mr, u64 offset, void *buf, size_t len, bool to_mr);
+
+/* Race points (pmh_race.c), in the order /sys/kernel/debug/peer_mem_host/race lists them. */
+enum pmh_race_point {
+	PMH_RACE_REG_ACQUIRED,
+	PMH_RACE_REG_LOCKED,
+	PMH_RACE_REG_AFTER_GET_PAGES,
+	PMH_RACE_REG_AFTER_DMA_MAP,
+	PMH_RACE_REG_BEFORE_ACTIVATE,
+	PMH_RACE_INVALIDATE_ENTERED,
+	PMH_RACE_INVALIDATE_LOCKED,
+	PMH_RACE_DEREG_BEFORE_STOP,
+	PMH_RACE_DEREG_STOPPED,
+	PMH_RACE_DEREG_BEFORE_RELEASE,
+	PMH_RACE_NR
+};
+
+void pmh_race(enum pmh_race_point point);
+void pmh_race_init(struct dentry *dir);
+void pmh_race_exit(void);
 
 #endif /* PMH_H */

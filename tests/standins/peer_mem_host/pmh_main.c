@@ -13,6 +13,7 @@
 #include <linux/module.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 #include "uapi/peer_mem_host.h"
 
 #include "pmh.h"
@@ -47,7 +48,14 @@ struct pmh_counters pmh_counters;
 struct pmh_file {
 	struct mutex lock;	/* lookups and use of MRs against their deregistration */
 	struct xarray mrs;	/* handle -> struct pmh_mr */
+	struct list_head node;	/* in pmh_files, for device removal */
 };
+
+/* Every open file, for device removal; taken before a file's lock. */
+static DEFINE_MUTEX(pmh_files_lock);
+static LIST_HEAD(pmh_files);
+/* Deregistrations that do not run in the calling task (device removal, PMH_DEREG_KWORKER). */
+static struct workqueue_struct *pmh_wq;
 
 static int pmh_open(struct inode *inode, struct file *file)
 {
@@ -58,16 +66,25 @@ static int pmh_open(struct inode *inode, struct file *file)
 	mutex_init(&f->lock);
 	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC1);
 	file->private_data = f;
+	mutex_lock(&pmh_files_lock);
+	list_add_tail(&f->node, &pmh_files);
+	mutex_unlock(&pmh_files_lock);
 	return 0;
 }
 
-/* Process exit or last close: deregister what is left, as ib_uverbs does. */
+/*
+ * Process exit or last close: deregister what is left, as ib_uverbs does, in the task that made
+ * the last close (which need not be the one that registered).
+ */
 static int pmh_release(struct inode *inode, struct file *file)
 {
 	struct pmh_file *f = file->private_data;
 	struct pmh_mr *mr;
 	unsigned long handle;
 
+	mutex_lock(&pmh_files_lock);
+	list_del(&f->node);
+	mutex_unlock(&pmh_files_lock);
 	xa_for_each(&f->mrs, handle, mr) {
 		xa_erase(&f->mrs, handle);
 		pmh_mr_deregister(mr);
@@ -76,6 +93,66 @@ static int pmh_release(struct inode *inode, struct file *file)
 	mutex_destroy(&f->lock);
 	kfree(f);
 	return 0;
+}
+
+/* A list of MRs (already out of their files) that a kworker deregisters. */
+struct pmh_dereg_work {
+	struct work_struct work;
+	struct list_head mrs;
+	bool device_removal;
+	int count;
+};
+
+static void pmh_dereg_work_fn(struct work_struct *work)
+{
+	struct pmh_dereg_work *w = container_of(work, struct pmh_dereg_work, work);
+	struct pmh_mr *mr, *tmp;
+
+	list_for_each_entry_safe(mr, tmp, &w->mrs, work_node) {
+		list_del_init(&mr->work_node);
+		pmh_mr_deregister(mr);
+		atomic_inc(&pmh_counters.kworker_deregs);
+		if (w->device_removal)
+			atomic_inc(&pmh_counters.removed_by_device);
+		w->count++;
+	}
+}
+
+/* Deregister @w's MRs from the host's workqueue and wait for it; the number deregistered. */
+static int pmh_dereg_in_kworker(struct pmh_dereg_work *w)
+{
+	INIT_WORK_ONSTACK(&w->work, pmh_dereg_work_fn);
+	queue_work(pmh_wq, &w->work);
+	flush_work(&w->work);
+	destroy_work_on_stack(&w->work);
+	return w->count;
+}
+
+/*
+ * Device removal: ib_uverbs disassociates every file of the device and destroys their objects
+ * (RDMA_REMOVE_DRIVER_REMOVE) from the remover's context, which for hot unplug, a driver reload
+ * or mlx5's health recovery is a kworker. Every MR of every open file goes, from the host's
+ * workqueue; the files stay usable.
+ */
+static long pmh_remove_device(void)
+{
+	struct pmh_dereg_work w = { .device_removal = true };
+	struct pmh_file *f;
+	struct pmh_mr *mr;
+	unsigned long handle;
+
+	INIT_LIST_HEAD(&w.mrs);
+	mutex_lock(&pmh_files_lock);
+	list_for_each_entry(f, &pmh_files, node) {
+		mutex_lock(&f->lock);
+		xa_for_each(&f->mrs, handle, mr) {
+			xa_erase(&f->mrs, handle);
+			list_add_tail(&mr->work_node, &w.mrs);
+		}
+		mutex_unlock(&f->lock);
+	}
+	mutex_unlock(&pmh_files_lock);
+	return pmh_dereg_in_kworker(&w);
 }
 
 static long pmh_reg_mr(struct pmh_file *f, void __user *arg)
@@ -99,7 +176,7 @@ static long pmh_reg_mr(struct pmh_file *f, void __user *arg)
 		return PTR_ERR(mr);
 	}
 
-	reg.nmap = mr->nmap;
+	reg.nmap = mr->reg_nmap;
 	reg.core_context = mr->xa_id;
 	reg.page_size = mr->is_peer ? mr->page_size : 0;
 	memset(reg.client, 0, sizeof(reg.client));
@@ -131,13 +208,13 @@ err_dereg:
 	return ret;
 }
 
-static long pmh_dereg_mr(struct pmh_file *f, void __user *arg)
+static long pmh_dereg_handle(struct pmh_file *f, u64 handle, u32 flags)
 {
+	struct pmh_dereg_work w = { };
 	struct pmh_mr *mr;
-	u64 handle;
 
-	if (copy_from_user(&handle, arg, sizeof(handle)))
-		return -EFAULT;
+	if (flags & ~PMH_DEREG_KWORKER)
+		return -EINVAL;
 	if (handle > U32_MAX)
 		return -ENOENT;
 	mutex_lock(&f->lock);
@@ -145,8 +222,34 @@ static long pmh_dereg_mr(struct pmh_file *f, void __user *arg)
 	mutex_unlock(&f->lock);
 	if (!mr)
 		return -ENOENT;
-	pmh_mr_deregister(mr);
+	if (flags & PMH_DEREG_KWORKER) {
+		INIT_LIST_HEAD(&w.mrs);
+		list_add_tail(&mr->work_node, &w.mrs);
+		pmh_dereg_in_kworker(&w);
+	} else {
+		pmh_mr_deregister(mr);
+	}
 	return 0;
+}
+
+static long pmh_dereg_mr(struct pmh_file *f, void __user *arg)
+{
+	u64 handle;
+
+	if (copy_from_user(&handle, arg, sizeof(handle)))
+		return -EFAULT;
+	return pmh_dereg_handle(f, handle, 0);
+}
+
+static long pmh_dereg_mr_ex(struct pmh_file *f, void __user *arg)
+{
+	struct pmh_dereg_mr d;
+
+	if (copy_from_user(&d, arg, sizeof(d)))
+		return -EFAULT;
+	if (d.pad)
+		return -EINVAL;
+	return pmh_dereg_handle(f, d.handle, d.flags);
 }
 
 static long pmh_query_mr(struct pmh_file *f, void __user *arg)
@@ -176,7 +279,7 @@ static long pmh_query_mr(struct pmh_file *f, void __user *arg)
 		return -ENOENT;
 	}
 	mutex_lock(&mr->mapping_lock);
-	q.nmap = mr->nmap;
+	q.nmap = pmh_mr_sgt(mr)->nents;
 	q.state = mr->revoked ? PMH_MR_INVALIDATED : PMH_MR_MAPPED;
 	q.invalidations = mr->invalidations;
 	q.addr = mr->addr;
@@ -190,7 +293,7 @@ static long pmh_query_mr(struct pmh_file *f, void __user *arg)
 		       min_t(size_t, sizeof(q.client) - 1, IB_PEER_MEMORY_NAME_MAX));
 	/* After an invalidation the SG list is no longer the host's to read. */
 	if (sges && mr->state == PMH_STATE_MAPPED) {
-		for_each_sg(mr->sgt.sgl, sg, mr->nmap, i) {
+		for_each_sgtable_dma_sg(pmh_mr_sgt(mr), sg, i) {
 			if (n == min(q.max_sges, PMH_QUERY_MAX_SGES))
 				break;
 			sges[n].dma_addr = sg_dma_address(sg);
@@ -277,6 +380,10 @@ static long pmh_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return pmh_query_mr(f, uarg);
 	case PMH_IOC_DMA:
 		return pmh_dma(f, uarg);
+	case PMH_IOC_DEREG_MR_EX:
+		return pmh_dereg_mr_ex(f, uarg);
+	case PMH_IOC_REMOVE_DEVICE:
+		return pmh_remove_device();
 	default:
 		return -ENOTTY;
 	}
@@ -319,15 +426,19 @@ static void pmh_debugfs_init(void)
 		{ "reg_ok", &pmh_counters.reg_ok },
 		{ "reg_failed", &pmh_counters.reg_failed },
 		{ "peer_reg_unwound", &pmh_counters.peer_reg_unwound },
+		{ "alignment_refusals", &pmh_counters.alignment_refusals },
 		{ "invalidate_calls", &pmh_counters.invalidate_calls },
 		{ "invalidate_unknown", &pmh_counters.invalidate_unknown },
 		{ "inline_unmaps", &pmh_counters.inline_unmaps },
 		{ "dma_unmap_calls", &pmh_counters.dma_unmap_calls },
 		{ "put_pages_calls", &pmh_counters.put_pages_calls },
 		{ "release_calls", &pmh_counters.release_calls },
+		{ "kworker_deregs", &pmh_counters.kworker_deregs },
+		{ "removed_by_device", &pmh_counters.removed_by_device },
 		{ "dma_ops", &pmh_counters.dma_ops },
 		{ "dma_refused", &pmh_counters.dma_refused },
 		{ "nic_iommu", &pmh_counters.nic_iommu },
+		{ "race_gate_timeouts", &pmh_counters.race_gate_timeouts },
 	};
 	size_t i;
 
@@ -335,12 +446,16 @@ static void pmh_debugfs_init(void)
 	for (i = 0; i < ARRAY_SIZE(files); i++)
 		debugfs_create_atomic_t(files[i].name, 0444, pmh_debugfs, files[i].v);
 	debugfs_create_file("clients", 0444, pmh_debugfs, NULL, &clients_fops);
+	pmh_race_init(pmh_debugfs);
 }
 
 static int __init pmh_init(void)
 {
 	int ret;
 
+	pmh_wq = alloc_workqueue("peer_mem_host", WQ_UNBOUND, 0);
+	if (!pmh_wq)
+		return -ENOMEM;
 	pmh_debugfs_init();
 	ret = pmh_nic_init();
 	if (ret)
@@ -356,6 +471,8 @@ err_nic:
 	pmh_nic_exit();
 err_debugfs:
 	debugfs_remove_recursive(pmh_debugfs);
+	pmh_race_exit();
+	destroy_workqueue(pmh_wq);
 	return ret;
 }
 
@@ -364,6 +481,8 @@ static void __exit pmh_exit(void)
 	misc_deregister(&pmh_misc);
 	pmh_nic_exit();
 	debugfs_remove_recursive(pmh_debugfs);
+	pmh_race_exit();
+	destroy_workqueue(pmh_wq);
 }
 
 module_init(pmh_init);

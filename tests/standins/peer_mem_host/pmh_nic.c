@@ -95,7 +95,7 @@ int pmh_nic_transfer(struct pmh_mr *mr, u64 offset, void *buf, size_t len, bool 
 	mutex_lock(&nic->engine_lock);
 	mutex_unlock(&pmh_nic_lock);
 
-	for_each_sg(mr->sgt.sgl, sg, mr->nmap, i) {
+	for_each_sgtable_dma_sg(pmh_mr_sgt(mr), sg, i) {
 		u64 seg_len = sg_dma_len(sg);
 
 		if (pos >= seg_len) {

@@ -21,6 +21,10 @@
  *   c<i>/fail_dma_map     errno to fail dma_map with (0: don't)
  *   c<i>/sg_page_size     65536 (one SG entry per GPU page) or 4096 (per CPU page)
  *   c<i>/report_page_size what get_page_size answers (0: sg_page_size)
+ *   c<i>/sg_shift         bytes added to every SG entry's DMA address (a misaligned list)
+ *   c<i>/gate             write a callback name (get_pages, dma_map, dma_unmap, put_pages,
+ *                         release): the next call of it blocks (killable, 20 s at most) until
+ *                         "open" is written; read: idle | armed <cb> | held <cb> <pid>
  *   c<i>/invalidate       write a core_context: call the host's invalidate with it, as a free
  *                         callback would (nothing else); result in last_invalidate_ret
  *   c<i>/<counter>        calls of each callback and what they saw (see README.md)
@@ -29,10 +33,13 @@
 #include <linux/fs.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/jiffies.h>
+#include <linux/sched.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
+#include <linux/wait.h>
 #include <rdma/peer_mem.h>
 
 #include "nv-p2p.h"
@@ -40,6 +47,7 @@
 #define TC_MAX_CLIENTS	4
 #define GPU_PAGE	(64 * 1024ULL)
 #define TC_LOG_SIZE	(32 * 1024)
+#define TC_GATE_TIMEOUT_MS 20000
 
 static char *names[TC_MAX_CLIENTS] = { "peer_test" };
 static unsigned int n_names = 1;
@@ -91,6 +99,28 @@ struct tc_counters {
 	atomic_t free_callbacks;
 	atomic_t invalidate_calls;	/* calls of the host's invalidate */
 	atomic_t injected_failures;
+	atomic_t nmap_in_table;		/* dma_map's nmap pointed at sg_head->nents */
+	atomic_t callbacks_in_kthread;	/* dma_unmap, put_pages, release called by a kernel thread */
+	atomic_t gate_timeouts;
+};
+
+/* The callbacks a test can hold a call of (c<i>/gate). */
+enum tc_gate_cb { TC_GATE_NONE, TC_GATE_GET_PAGES, TC_GATE_DMA_MAP, TC_GATE_DMA_UNMAP,
+		  TC_GATE_PUT_PAGES, TC_GATE_RELEASE, TC_GATE_NR };
+
+static const char *const tc_gate_names[TC_GATE_NR] = {
+	"none", "get_pages", "dma_map", "dma_unmap", "put_pages", "release",
+};
+
+enum tc_gate_state { TC_GATE_IDLE, TC_GATE_ARMED, TC_GATE_HELD };
+
+struct tc_gate {
+	spinlock_t lock;
+	enum tc_gate_cb cb;
+	enum tc_gate_state state;
+	pid_t pid;
+	u32 gen;		/* bumped on arm and open: a held call knows it may go */
+	wait_queue_head_t wq;
 };
 
 struct tc_client {
@@ -106,7 +136,9 @@ struct tc_client {
 	u32 fail_dma_map;
 	u32 sg_page_size;
 	u32 report_page_size;
+	u32 sg_shift;
 	s32 last_invalidate_ret;
+	struct tc_gate gate;
 
 	/* what the last calls saw */
 	u64 last_core_context;
@@ -174,6 +206,60 @@ static bool in_our_callback(const struct tc_ctx *ctx)
 	return READ_ONCE(ctx->callback_task) == current;
 }
 
+static bool tc_gate_released(struct tc_client *c, u32 gen)
+{
+	bool released;
+
+	spin_lock(&c->gate.lock);
+	released = c->gate.gen != gen;
+	spin_unlock(&c->gate.lock);
+	return released;
+}
+
+/* Hold this call of @cb if a test armed the gate for it, with whatever the caller holds held. */
+static void tc_gate_pass(struct tc_client *c, enum tc_gate_cb cb)
+{
+	bool gated = false, gave_up = false;
+	u32 gen = 0;
+	long left;
+
+	spin_lock(&c->gate.lock);
+	if (c->gate.state == TC_GATE_ARMED && c->gate.cb == cb) {
+		c->gate.state = TC_GATE_HELD;
+		c->gate.pid = task_pid_nr(current);
+		gen = c->gate.gen;
+		gated = true;
+	}
+	spin_unlock(&c->gate.lock);
+	if (!gated)
+		return;
+	tc_log("%s gate %s held pid=%d\n", cname(c), tc_gate_names[cb], task_pid_nr(current));
+	left = wait_event_killable_timeout(c->gate.wq, tc_gate_released(c, gen),
+					   msecs_to_jiffies(TC_GATE_TIMEOUT_MS));
+	if (left <= 0) {
+		spin_lock(&c->gate.lock);
+		if (c->gate.gen == gen) {
+			c->gate.state = TC_GATE_IDLE;
+			c->gate.gen++;
+			gave_up = true;
+		}
+		spin_unlock(&c->gate.lock);
+	}
+	if (gave_up) {
+		atomic_inc(&c->c.gate_timeouts);
+		pr_warn("peer_test_client: %s: gate on %s %s; the call goes on\n", cname(c),
+			tc_gate_names[cb], left ? "interrupted" : "timed out");
+	}
+	tc_log("%s gate %s passed\n", cname(c), tc_gate_names[cb]);
+}
+
+/* Who calls: for tests of deregistration from other tasks. */
+static void tc_note_caller(struct tc_client *c)
+{
+	if (current->flags & PF_KTHREAD)
+		atomic_inc(&c->c.callbacks_in_kthread);
+}
+
 /* nvidia-peermem's acquire probe pins with a callback that has nothing to do. */
 static void tc_probe_free_callback(void *data)
 {
@@ -235,7 +321,7 @@ static void tc_free_callback(void *data)
 	int ret;
 
 	atomic_inc(&c->c.free_callbacks);
-	tc_log("%s free_callback ctx=%u\n", cname(c), ctx->id);
+	tc_log("%s free_callback ctx=%u pid=%d\n", cname(c), ctx->id, task_pid_nr(current));
 	WRITE_ONCE(ctx->callback_task, current);
 	if (c->invalidate) {
 		atomic_inc(&c->c.invalidate_calls);
@@ -264,6 +350,7 @@ static int tc_get_pages(struct tc_client *c, unsigned long addr, size_t size, in
 	c->last_force = force;
 	tc_log("%s get_pages ctx=%u addr=%#lx size=%#zx write=%d force=%d sg_head=%d core_context=%llu\n",
 	       cname(c), ctx->id, addr, size, write, force, sg_head != NULL, core_context);
+	tc_gate_pass(c, TC_GATE_GET_PAGES);
 	if (c->fail_get_pages) {
 		atomic_inc(&c->c.injected_failures);
 		return -(int)c->fail_get_pages;
@@ -310,8 +397,11 @@ static int tc_dma_map(struct tc_client *c, struct sg_table *sg_head, void *clien
 
 	atomic_inc(&c->c.dma_map_calls);
 	c->last_dmasync = dmasync;
-	tc_log("%s dma_map ctx=%u device=%s dmasync=%d\n", cname(c), ctx->id,
-	       dev_name(dma_device), dmasync);
+	tc_log("%s dma_map ctx=%u device=%s dmasync=%d nmap_in_table=%d\n", cname(c), ctx->id,
+	       dev_name(dma_device), dmasync, nmap == (int *)&sg_head->nents);
+	if (nmap == (int *)&sg_head->nents)
+		atomic_inc(&c->c.nmap_in_table);
+	tc_gate_pass(c, TC_GATE_DMA_MAP);
 	if (c->fail_dma_map) {
 		atomic_inc(&c->c.injected_failures);
 		return -(int)c->fail_dma_map;
@@ -358,7 +448,8 @@ static int tc_dma_map(struct tc_client *c, struct sg_table *sg_head, void *clien
 	for_each_sg(sg_head->sgl, sg, n, i) {
 		off = start + (u64)i * step - ctx->va;
 		sg_set_page(sg, NULL, step, 0);
-		sg_dma_address(sg) = map->dma_addresses[off / GPU_PAGE] + off % GPU_PAGE;
+		sg_dma_address(sg) = map->dma_addresses[off / GPU_PAGE] + off % GPU_PAGE +
+				     c->sg_shift;
 		sg_dma_len(sg) = step;
 	}
 	ctx->map = map;
@@ -396,7 +487,10 @@ static int tc_dma_unmap(struct tc_client *c, struct sg_table *sg_head, void *cli
 	bool inline_call = in_our_callback(ctx);
 
 	atomic_inc(&c->c.dma_unmap_calls);
-	tc_log("%s dma_unmap ctx=%u%s\n", cname(c), ctx->id, inline_call ? " in_callback" : "");
+	tc_note_caller(c);
+	tc_log("%s dma_unmap ctx=%u%s pid=%d comm=%s\n", cname(c), ctx->id,
+	       inline_call ? " in_callback" : "", task_pid_nr(current), current->comm);
+	tc_gate_pass(c, TC_GATE_DMA_UNMAP);
 	if (ctx->sg_allocated && memcmp(sg_head, &ctx->sgt, sizeof(*sg_head)))
 		pr_err("peer_test_client: dma_unmap got an SG table other than dma_map filled\n");
 	if (ctx->pdev && dma_device != &ctx->pdev->dev)
@@ -416,7 +510,10 @@ static void tc_put_pages(struct tc_client *c, struct sg_table *sg_head, void *cl
 	bool inline_call = in_our_callback(ctx);
 
 	atomic_inc(&c->c.put_pages_calls);
-	tc_log("%s put_pages ctx=%u%s\n", cname(c), ctx->id, inline_call ? " in_callback" : "");
+	tc_note_caller(c);
+	tc_log("%s put_pages ctx=%u%s pid=%d comm=%s\n", cname(c), ctx->id,
+	       inline_call ? " in_callback" : "", task_pid_nr(current), current->comm);
+	tc_gate_pass(c, TC_GATE_PUT_PAGES);
 	if (inline_call) {
 		atomic_inc(&c->c.put_pages_in_callback);
 		return;
@@ -429,7 +526,10 @@ static void tc_release(struct tc_client *c, void *client_context)
 	struct tc_ctx *ctx = client_context;
 
 	atomic_inc(&c->c.release_calls);
-	tc_log("%s release ctx=%u\n", cname(c), ctx->id);
+	tc_note_caller(c);
+	tc_log("%s release ctx=%u pid=%d comm=%s\n", cname(c), ctx->id, task_pid_nr(current),
+	       current->comm);
+	tc_gate_pass(c, TC_GATE_RELEASE);
 	/*
 	 * Pages still pinned here were never given back by the host: fine after an invalidation
 	 * the host let us handle (an ex client invalidated through debugfs), a leak otherwise.
@@ -560,6 +660,73 @@ static const struct file_operations invalidate_fops = {
 	.write = invalidate_write,
 };
 
+static ssize_t gate_read(struct file *file, char __user *buf, size_t count, loff_t *ppos)
+{
+	struct tc_client *c = file->private_data;
+	enum tc_gate_state state;
+	enum tc_gate_cb cb;
+	char text[64];
+	pid_t pid;
+	int n;
+
+	spin_lock(&c->gate.lock);
+	state = c->gate.state;
+	cb = c->gate.cb;
+	pid = c->gate.pid;
+	spin_unlock(&c->gate.lock);
+	if (state == TC_GATE_HELD)
+		n = scnprintf(text, sizeof(text), "held %s %d\n", tc_gate_names[cb], pid);
+	else if (state == TC_GATE_ARMED)
+		n = scnprintf(text, sizeof(text), "armed %s\n", tc_gate_names[cb]);
+	else
+		n = scnprintf(text, sizeof(text), "idle\n");
+	return simple_read_from_buffer(buf, count, ppos, text, n);
+}
+
+/* "<callback>" arms the gate for it; "open" (or "none") releases a held call or disarms. */
+static ssize_t gate_write(struct file *file, const char __user *buf, size_t count, loff_t *ppos)
+{
+	struct tc_client *c = file->private_data;
+	char text[32];
+	int cb, ret = count;
+
+	if (count >= sizeof(text))
+		return -EINVAL;
+	if (copy_from_user(text, buf, count))
+		return -EFAULT;
+	text[count] = '\0';
+	strim(text);
+	if (!strcmp(text, "open"))
+		cb = TC_GATE_NONE;
+	else
+		cb = match_string(tc_gate_names, TC_GATE_NR, text);
+	if (cb < 0)
+		return -EINVAL;
+	spin_lock(&c->gate.lock);
+	if (cb == TC_GATE_NONE) {
+		c->gate.state = TC_GATE_IDLE;
+		c->gate.pid = 0;
+		c->gate.gen++;
+	} else if (c->gate.state == TC_GATE_HELD) {
+		ret = -EBUSY;
+	} else {
+		c->gate.state = TC_GATE_ARMED;
+		c->gate.cb = cb;
+		c->gate.gen++;
+	}
+	spin_unlock(&c->gate.lock);
+	wake_up_all(&c->gate.wq);
+	return ret;
+}
+
+static const struct file_operations gate_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.read = gate_read,
+	.write = gate_write,
+	.llseek = default_llseek,
+};
+
 static void tc_debugfs_client(struct tc_client *c)
 {
 	static const struct {
@@ -570,7 +737,8 @@ static void tc_debugfs_client(struct tc_client *c)
 		C(acquire_calls), C(acquire_claimed), C(get_pages_calls), C(get_page_size_calls),
 		C(dma_map_calls), C(dma_unmap_calls), C(dma_unmap_in_callback), C(put_pages_calls),
 		C(put_pages_in_callback), C(release_calls), C(release_cleanups), C(live_contexts),
-		C(free_callbacks), C(invalidate_calls), C(injected_failures),
+		C(free_callbacks), C(invalidate_calls), C(injected_failures), C(nmap_in_table),
+		C(callbacks_in_kthread), C(gate_timeouts),
 #undef C
 	};
 	char dirname[8];
@@ -583,6 +751,8 @@ static void tc_debugfs_client(struct tc_client *c)
 	debugfs_create_u32("fail_dma_map", 0644, c->dir, &c->fail_dma_map);
 	debugfs_create_u32("sg_page_size", 0644, c->dir, &c->sg_page_size);
 	debugfs_create_u32("report_page_size", 0644, c->dir, &c->report_page_size);
+	debugfs_create_u32("sg_shift", 0644, c->dir, &c->sg_shift);
+	debugfs_create_file("gate", 0644, c->dir, c, &gate_fops);
 	debugfs_create_u32("last_invalidate_ret", 0444, c->dir, (u32 *)&c->last_invalidate_ret);
 	debugfs_create_u64("last_core_context", 0444, c->dir, &c->last_core_context);
 	debugfs_create_u32("last_write", 0444, c->dir, &c->last_write);
@@ -614,6 +784,8 @@ static int tc_setup_client(struct tc_client *c, int i)
 
 	c->index = i;
 	c->invalidating = invalidating[i];
+	spin_lock_init(&c->gate.lock);
+	init_waitqueue_head(&c->gate.wq);
 	c->sg_page_size = GPU_PAGE;
 	*pm = tc_ops[i];
 	strscpy(pm->name, names[i], sizeof(pm->name));

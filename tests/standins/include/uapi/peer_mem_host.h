@@ -11,7 +11,11 @@
  *   ioctl(fd, PMH_IOC_DEREG_MR, &handle);
  *
  * Closing the file deregisters every MR still registered through it, as ib_uverbs does at process
- * exit. Per-client statistics are in /sys/kernel/mm/memory_peers/<client>/ (unless the module runs
+ * exit; it is the last close that does, in whatever task makes it (a forked child that inherited
+ * the file, say): nothing ties an MR to the task that registered it. Deregistration from another
+ * task can also be asked for: PMH_IOC_DEREG_MR_EX with PMH_DEREG_KWORKER deregisters one MR from
+ * the host's workqueue, and PMH_IOC_REMOVE_DEVICE deregisters every MR of every open file from it,
+ * as ib_uverbs' disassociation does when the device goes away. Per-client statistics are in /sys/kernel/mm/memory_peers/<client>/ (unless the module runs
  * as the ib_uverbs variant without sysfs); host-wide counters in /sys/kernel/debug/peer_mem_host/.
  */
 #ifndef _UAPI_PEER_MEM_HOST_H
@@ -32,7 +36,7 @@ struct pmh_reg_mr {
 	__u64 addr;			/* in */
 	__u64 length;			/* in */
 	__u32 flags;			/* in: PMH_REG_* */
-	__u32 nmap;			/* out: SG entries after dma_map */
+	__u32 nmap;			/* out: SG entries of the memory key (the table's nents) */
 	__u64 handle;			/* out */
 	__u64 core_context;		/* out: the id handed to the client (U32_MAX: not invalidating) */
 	__u64 page_size;		/* out: what get_page_size answered (0 for ordinary memory) */
@@ -53,7 +57,8 @@ struct pmh_query_mr {
 	__u64 handle;			/* in */
 	__u64 sges;			/* in: user pointer to struct pmh_sge[max_sges] (0: none wanted) */
 	__u32 max_sges;			/* in */
-	__u32 nmap;			/* out: entries the MR has (may exceed max_sges) */
+	__u32 nmap;			/* out: entries the MR has now (may exceed max_sges;
+					 * 0 once invalidation or teardown cleared them) */
 	__u32 state;			/* out: PMH_MR_* */
 	__u32 invalidations;		/* out: times the client's invalidation reached this MR */
 	__u64 addr;			/* out */
@@ -78,10 +83,27 @@ struct pmh_dma {
 	__u32 pad;
 };
 
+/* dereg.flags */
+#define PMH_DEREG_KWORKER	(1u << 0)	/* deregister from the host's workqueue (the ioctl
+						 * waits for it), not from the calling task */
+
+struct pmh_dereg_mr {
+	__u64 handle;			/* in */
+	__u32 flags;			/* in: PMH_DEREG_* */
+	__u32 pad;
+};
+
 #define PMH_IOC_MAGIC 'P'
 #define PMH_IOC_REG_MR _IOWR(PMH_IOC_MAGIC, 1, struct pmh_reg_mr)
 #define PMH_IOC_DEREG_MR _IOW(PMH_IOC_MAGIC, 2, __u64)
 #define PMH_IOC_QUERY_MR _IOWR(PMH_IOC_MAGIC, 3, struct pmh_query_mr)
 #define PMH_IOC_DMA _IOW(PMH_IOC_MAGIC, 4, struct pmh_dma)
+#define PMH_IOC_DEREG_MR_EX _IOW(PMH_IOC_MAGIC, 5, struct pmh_dereg_mr)
+/*
+ * The NIC goes away (hot unplug, driver unbind or reload): every MR of every open file is
+ * deregistered from a kworker, as ib_uverbs does when it disassociates its files. Returns the
+ * number of MRs deregistered. The files stay usable (the NIC is back at once).
+ */
+#define PMH_IOC_REMOVE_DEVICE _IO(PMH_IOC_MAGIC, 6)
 
 #endif /* _UAPI_PEER_MEM_HOST_H */
