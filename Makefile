@@ -5,6 +5,7 @@
 #   make demo      set up everything, build, and show GPUDirect RDMA working in the test VM
 #   make check     run every test: cargo test on the host and the kselftests in the VM (CI runs this)
 #   make           build peermem_rs.ko against the test kernel
+#   make DROPIN=1  build the drop-in, nvidia-peermem.ko (module nvidia_peermem), instead
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
 #
 # On a GPU node (see "Installing on GPU nodes" in README.md):
@@ -28,6 +29,16 @@ BUILD := $(REPO)/.build
 # The one version of peermem-rs: [workspace.package] in Cargo.toml.
 VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' $(REPO)/Cargo.toml)
 
+# DROPIN=1: the module is named nvidia_peermem (nvidia-peermem.ko), where applications look for
+# GPUDirect RDMA on kernels whose peer-memory host has no memory_peers directory (Kbuild says why).
+ifeq ($(DROPIN),1)
+MODNAME := nvidia_peermem
+KO := nvidia-peermem
+else
+MODNAME := peermem_rs
+KO := peermem_rs
+endif
+
 # Installing is for a real kernel: the running one unless KDIR says otherwise.
 INSTALL_GOALS := install modules_install uninstall install-support uninstall-support dkms-install dkms-uninstall
 ifneq ($(filter $(INSTALL_GOALS),$(MAKECMDGOALS)),)
@@ -50,7 +61,8 @@ STANDINS := nvidia_p2p peer_mem_host p2p_probe test_client
 STANDIN_SYMVERS = $(foreach s,$(STANDINS),$(wildcard $(REPO)/tests/standins/$(s)/Module.symvers))
 KBUILD_EXTRA_SYMBOLS ?= $(STANDIN_SYMVERS)
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(NVIDIA_SRC) PEER_MEM_INC=$(PEER_MEM_INC) \
-	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1)
+	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1) \
+	$(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
 else
 # A real kernel. packaging/configure.sh finds and checks what the build needs for it (the rustc that
 # built it, the NVIDIA open-module tree, MLNX_OFED/DOCA-OFED, their Module.symvers) and writes it to
@@ -63,7 +75,7 @@ include $(PEERMEM_CONFIG)
 KMAKE = $(MAKE) -C $(PEERMEM_KDIR) LLVM=$(PEERMEM_LLVM) RUSTC=$(PEERMEM_RUSTC) BINDGEN=$(PEERMEM_BINDGEN)
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_PEER_MEM_INC) \
 	KBUILD_EXTRA_SYMBOLS="$(PEERMEM_EXTRA_SYMBOLS)" $(if $(PEERMEM_MODPOST_WARN),KBUILD_MODPOST_WARN=1) \
-	$(if $(CLIPPY),CLIPPY=1)
+	$(if $(CLIPPY),CLIPPY=1) $(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
 endif
 endif
 

@@ -26,6 +26,11 @@ pub(crate) fn this_module() -> *mut bindings::module {
     <crate::LocalModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr()
 }
 
+/// This module's name: `peermem_rs`, or `nvidia_peermem` for the drop-in build.
+fn module_name() -> &'static CStr {
+    <crate::LocalModule as kernel::ModuleMetadata>::NAME
+}
+
 /// The workqueue the registrations' work items run on, published for them by [`WorkQueue`].
 static WORK_QUEUE: Atomic<*mut bindings::workqueue_struct> = Atomic::new(core::ptr::null_mut());
 
@@ -94,7 +99,7 @@ pub(crate) struct PeerMemRs {
     _debugfs: Dir,
 }
 
-/// /sys/kernel/debug/peermem_rs/stats: the counters, one `key value` per line.
+/// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line.
 struct StatsText;
 
 impl fmt::Debug for StatsText {
@@ -209,7 +214,8 @@ impl kernel::InPlaceModule for PeerMemRs {
             .as_ref()
             .map_err(|e| *e)
             .and_then(|_| register_clients());
-        let debugfs = Dir::new(c"peermem_rs");
+        // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
+        let debugfs = Dir::new(module_name());
         try_pin_init!(Self {
             _stats <- debugfs.read_only_file(c"stats", StatsText),
             _clients: clients?,
