@@ -362,7 +362,7 @@ check "dkms: dkms.conf made from the template, with Cargo.toml's version $VERSIO
 check "dkms: status says installed for $KREL" bash -c "$(declare -f dstatus); D=$D N=$N KREL=$KREL; dstatus | tee /dev/stderr | grep -q 'peermem-rs/$VERSION, $KREL, x86_64: installed'"
 check "dkms: the installed module is version $VERSION for kernel $KREL, linked to the fake OFED and NVIDIA trees" \
     bash -c "[ \"\$(modinfo -F version $KO)\" = $VERSION ] && modinfo -F vermagic $KO | grep -q '^$KREL ' &&
-        [ \"\$(modinfo -F depends $KO)\" = nvidia_p2p_standin,peer_mem_host ]"
+        [ \"\$(modinfo -F depends $KO | tr , '\\n' | sort | paste -sd,)\" = nvidia_p2p_standin,peer_mem_host ]"
 check "dkms: the build found OFED and NVIDIA in dkms's own trees" \
     has "$D/peermem-rs/$VERSION/$KREL/x86_64/log/make.log" \
     "rdma/peer_mem.h in $D/mlnx-ofed-kernel/25.07/build/include; symbols from $D/mlnx-ofed-kernel/25.07/build/Module.symvers"
