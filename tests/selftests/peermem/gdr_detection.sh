@@ -14,6 +14,8 @@
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")" || exit 1
 
+# (lib.sh's functions use $m, $nv and $desc: this script's own variables have other names.)
+
 # What each check must conclude. Columns: peermem_rs, the drop-in, NVIDIA's, each on a host
 # without memory_peers (sysfs=0) and with it (sysfs=1).
 expected() {
@@ -54,19 +56,19 @@ out=/results
 work=$(mktemp -d)
 
 ktap_print_header
-for m in rs dropin nvidia; do
-	[ -f "$(ko_of $m)" ] || ktap_exit_fail_msg "no $(ko_of $m)"
+for kind in rs dropin nvidia; do
+	[ -f "$(ko_of $kind)" ] || ktap_exit_fail_msg "no $(ko_of $kind)"
 done
 [ -x ./gdr_detect ] || ktap_exit_fail_msg "no gdr_detect"
 ktap_set_plan 7
 
 version=
 for sc in $scenarios; do
-	m=${sc%:*}
+	kind=${sc%:*}
 	sysfs=${sc#*:}
-	name=$(name_of "$m")
-	desc="$(label_of "$m"), host sysfs=$sysfs"
-	if ! unload_all || ! load_standins -- sysfs="$sysfs" || ! insmod "$(ko_of "$m")"; then
+	name=$(name_of "$kind")
+	desc="$(label_of "$kind"), host sysfs=$sysfs"
+	if ! unload_all || ! load_standins -- sysfs="$sysfs" || ! insmod "$(ko_of "$kind")"; then
 		ktap_test_fail "$desc # cannot load the modules"
 		continue
 	fi
@@ -80,7 +82,7 @@ for sc in $scenarios; do
 		bad="$bad; sysfs=0 but memory_peers exists"
 	fi
 	v=$(cat "/sys/module/$name/version" 2>/dev/null)
-	case $m in
+	case $kind in
 	rs) [ -n "$version" ] || version=$v ;;
 	dropin) [ -n "$v" ] && [ "$v" = "$version" ] || bad="$bad; /sys/module/nvidia_peermem/version is '$v', not peermem-rs's '$version'" ;;
 	nvidia) [ -n "$v" ] && [ "$v" != "$version" ] || bad="$bad; NVIDIA's nvidia_peermem has version '$v'" ;;
