@@ -62,45 +62,59 @@ done
 [ -x ./gdr_detect ] || ktap_exit_fail_msg "no gdr_detect"
 ktap_set_plan 7
 
+# One load of the stand-ins per host; the three modules in turn on each.
 version=
-for sc in $scenarios; do
-	kind=${sc%:*}
-	sysfs=${sc#*:}
-	name=$(name_of "$kind")
-	desc="$(label_of "$kind"), host sysfs=$sysfs"
-	if ! unload_all || ! load_standins -- sysfs="$sysfs" || ! insmod "$(ko_of "$kind")"; then
-		ktap_test_fail "$desc # cannot load the modules"
+for sysfs in 0 1; do
+	if ! unload_all || ! load_standins -- sysfs="$sysfs"; then
+		for kind in rs dropin nvidia; do
+			ktap_test_fail "$(label_of "$kind"), host sysfs=$sysfs # cannot load the stand-ins"
+		done
 		continue
 	fi
-	./gdr_detect > "$work/$sc"
-	sed "s/^/# $sc: /" "$work/$sc"
-	bad=""
-	# The host is the kind asked for, and the module is what it says it is.
-	if [ "$sysfs" = 1 ] && [ ! -d /sys/kernel/mm/memory_peers/nv_mem ]; then
-		bad="$bad; sysfs=1 but no memory_peers/nv_mem"
-	elif [ "$sysfs" = 0 ] && [ -e /sys/kernel/mm/memory_peers ]; then
-		bad="$bad; sysfs=0 but memory_peers exists"
-	fi
-	v=$(cat "/sys/module/$name/version" 2>/dev/null)
-	case $kind in
-	rs) [ -n "$version" ] || version=$v ;;
-	dropin) [ -n "$v" ] && [ "$v" = "$version" ] || bad="$bad; /sys/module/nvidia_peermem/version is '$v', not peermem-rs's '$version'" ;;
-	nvidia) [ -n "$v" ] && [ "$v" != "$version" ] || bad="$bad; NVIDIA's nvidia_peermem has version '$v'" ;;
-	esac
-	col=$(expected | awk -v sc="$sc" '$1 == "#" { for (i = 3; i <= NF; i++) if ($i == sc) print i - 1 }')
-	while read -r check result path; do
-		want=$(expected | awk -v c="$check" -v col="$col" '$1 == c { print $col }')
-		got=no
-		[ "$result" = found ] && got=yes
-		[ "$want" = "$got" ] || bad="$bad; $check: found=$got, expected $want"
-	done < "$work/$sc"
-	unload_all
-	if [ -z "$bad" ]; then
-		ktap_test_pass "$desc: every check as expected"
-	else
-		ktap_test_fail "$desc:${bad#;}"
-	fi
+	for kind in rs dropin nvidia; do
+		sc=$kind:$sysfs
+		name=$(name_of "$kind")
+		label="$(label_of "$kind"), host sysfs=$sysfs"
+		if ! insmod "$(ko_of "$kind")"; then
+			ktap_test_fail "$label # cannot load the module"
+			continue
+		fi
+		./gdr_detect > "$work/$sc"
+		sed "s/^/# $sc: /" "$work/$sc"
+		bad=""
+		# The host is the kind asked for, and the module is what it says it is.
+		if [ "$sysfs" = 1 ] && [ ! -d /sys/kernel/mm/memory_peers/nv_mem ]; then
+			bad="$bad; sysfs=1 but no memory_peers/nv_mem"
+		elif [ "$sysfs" = 0 ] && [ -e /sys/kernel/mm/memory_peers ]; then
+			bad="$bad; sysfs=0 but memory_peers exists"
+		fi
+		v=$(cat "/sys/module/$name/version" 2>/dev/null)
+		case $kind in
+		rs) [ -n "$version" ] || version=$v ;;
+		dropin) [ -n "$v" ] && [ "$v" = "$version" ] ||
+			bad="$bad; /sys/module/nvidia_peermem/version is '$v', not peermem-rs's '$version'" ;;
+		nvidia) [ -n "$v" ] && [ "$v" != "$version" ] || bad="$bad; NVIDIA's nvidia_peermem has version '$v'" ;;
+		esac
+		rmmod "$name"
+		# Every check against its column of the table, in one awk: processes are slow in the VM.
+		bad="$bad$(expected | awk -v sc="$sc" '
+			FNR == NR && $1 == "#" { for (i = 3; i <= NF; i++) if ($i == sc) col = i - 1; next }
+			FNR == NR { want[$1] = $col; next }
+			{
+				got = $2 == "found" ? "yes" : "no"
+				if (want[$1] != got) printf "; %s: found=%s, expected %s", $1, got, want[$1]
+				seen[$1] = 1
+			}
+			END { for (c in want) if (!(c in seen)) printf "; %s: not checked", c }
+		' - "$work/$sc")"
+		if [ -z "$bad" ]; then
+			ktap_test_pass "$label: every check as expected"
+		else
+			ktap_test_fail "$label:${bad#;}"
+		fi
+	done
 done
+unload_all
 
 # The drop-in is, to every check, what NVIDIA's module is.
 same=true
@@ -109,22 +123,8 @@ for sysfs in 0 1; do
 done
 check "the drop-in answers every check as NVIDIA's nvidia-peermem does, on both hosts" $same
 
-# The table, as found.
-{
-	echo "| check (source: function) | paths, in order | peermem_rs, no memory_peers | peermem_rs, memory_peers | drop-in nvidia_peermem, no memory_peers | drop-in nvidia_peermem, memory_peers | NVIDIA nvidia_peermem 550, no memory_peers | NVIDIA nvidia_peermem 550, memory_peers |"
-	echo "|---|---|---|---|---|---|---|---|"
-	while read -r check src paths; do
-		printf '| %s (%s) | %s |' "$check" "$src" "$paths"
-		for sc in $scenarios; do
-			r=$(awk -v c="$check" '$1 == c { print $2, $3 }' "$work/$sc" 2>/dev/null)
-			case $r in
-			found*) printf ' found (%s) |' "$(echo "${r#found }" | sed 's|^/sys/kernel/mm/||; s|^/sys/||; s|/version$||')" ;;
-			not-found*) printf ' not found |' ;;
-			*) printf ' ? |' ;;
-			esac
-		done
-		echo
-	done <<'EOF'
+# The table, as found: each check, the function it mirrors, its paths, and what it found.
+cat > "$work/sources" <<'EOF'
 nccl gdr.cc:ibGdrSupportInitOnce memory_peers/nv_mem,memory_peers/nv_mem_nc,module/nvidia_peermem
 nccl-gin-gdaki gdr.cc:ibPeerMemSupportInitOnce module/nvidia_peermem
 nccl-2.22 net_ib.cc:ncclIbGdrSupport memory_peers/nv_mem,memory_peers/nv_mem_nc
@@ -134,7 +134,37 @@ ucx-1.17 ib_md.c:uct_ib_check_gpudirect_driver memory_peers/nv_mem
 nvshmem transport_ib_common.cpp:nvshmemt_ib_common_nv_peer_mem_available memory_peers/nv_mem,memory_peers/nvidia-peermem,module/nvidia_peermem
 ucc tl_mlx5_context.c:ucc_tl_mlx5_check_gpudirect_driver_cuda memory_peers/nv_mem,module/nvidia_peermem,module/nv_peer_mem
 EOF
-} > "$out/gdr-detection.md"
+for sc in $scenarios; do
+	[ -f "$work/$sc" ] || : > "$work/$sc"
+done
+# shellcheck disable=SC2086 # the scenarios are words
+awk -v scenarios="$scenarios" -v work="$work" '
+	BEGIN {
+		n = split(scenarios, sc, " ")
+		print "| check (source: function) | paths, in order | peermem_rs, no memory_peers | peermem_rs, memory_peers | drop-in nvidia_peermem, no memory_peers | drop-in nvidia_peermem, memory_peers | NVIDIA nvidia_peermem 550, no memory_peers | NVIDIA nvidia_peermem 550, memory_peers |"
+		print "|---|---|---|---|---|---|---|---|"
+	}
+	FILENAME == work "/sources" { order[++nc] = $1; src[$1] = $2; paths[$1] = $3; next }
+	{
+		for (i = 1; i <= n; i++)
+			if (FILENAME == work "/" sc[i])
+				s = i
+		p = $3
+		sub(/^\/sys\/kernel\/mm\//, "", p)
+		sub(/^\/sys\//, "", p)
+		sub(/\/version$/, "", p)
+		cell[$1, s] = $2 == "found" ? "found (" p ")" : "not found"
+	}
+	END {
+		for (c = 1; c <= nc; c++) {
+			k = order[c]
+			line = "| " k " (" src[k] ") | " paths[k] " |"
+			for (i = 1; i <= n; i++)
+				line = line " " (((k, i) in cell) ? cell[k, i] : "?") " |"
+			print line
+		}
+	}
+' "$work/sources" $(for sc in $scenarios; do echo "$work/$sc"; done) > "$out/gdr-detection.md"
 sed 's/^/# | /' "$out/gdr-detection.md"
 rm -rf "$work"
 ktap_finished
