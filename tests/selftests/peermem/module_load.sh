@@ -18,7 +18,7 @@ ktap_print_header
 for f in "$ko" "$dropin" "$nvidia"; do
 	[ -f "$f" ] || ktap_exit_fail_msg "no $f"
 done
-ktap_set_plan 30
+ktap_set_plan 31
 unload_all
 
 mark="peermem-selftest: module_load $$"
@@ -30,6 +30,8 @@ check "no peer-memory host: the kernel log names the missing host" \
 	kmsg_since "$mark" "ib_register_peer_memory_client"
 
 load_standins || ktap_exit_fail_msg "cannot load the stand-ins"
+check "the host stand-in's default is the host of current kernels: no memory_peers" \
+	[ ! -e /sys/kernel/mm/memory_peers ]
 
 for bad in "persistent_api_support=2" "peerdirect_support=-1" "persistent_api_support=yes"; do
 	kmsg_mark "$mark $bad"
