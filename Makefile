@@ -5,6 +5,7 @@
 #   make demo      set up everything, build, and show GPUDirect RDMA working in the test VM
 #   make check     run every test: cargo test on the host and the kselftests in the VM (CI runs this)
 #   make           build peermem_rs.ko against the test kernel
+#   make DROPIN=1  build the drop-in, nvidia-peermem.ko (module nvidia_peermem), instead
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
 #
 # On a GPU node (see "Installing on GPU nodes" in README.md):
@@ -14,7 +15,8 @@
 #   sudo make dkms-uninstall
 #   sudo make install [MODULES_LOAD=1]           install without DKMS, for one kernel
 #   sudo make uninstall
-# install, uninstall and the dkms targets default to the running kernel.
+# install, uninstall and the dkms targets default to the running kernel. DROPIN=1 on any of them
+# builds and installs the drop-in nvidia-peermem.ko instead of peermem_rs.ko (README: "Drop-in").
 #
 # The toolchain, sources and kernel builds of the test environment live in $(PEERMEM_CACHE), outside
 # the repository.
@@ -27,6 +29,16 @@ REPO := $(CURDIR)
 BUILD := $(REPO)/.build
 # The one version of peermem-rs: [workspace.package] in Cargo.toml.
 VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' $(REPO)/Cargo.toml)
+
+# DROPIN=1: the module is named nvidia_peermem (nvidia-peermem.ko), where applications look for
+# GPUDirect RDMA on kernels whose peer-memory host has no memory_peers directory (Kbuild says why).
+ifeq ($(DROPIN),1)
+MODNAME := nvidia_peermem
+KO := nvidia-peermem
+else
+MODNAME := peermem_rs
+KO := peermem_rs
+endif
 
 # Installing is for a real kernel: the running one unless KDIR says otherwise.
 INSTALL_GOALS := install modules_install uninstall install-support uninstall-support dkms-install dkms-uninstall
@@ -50,7 +62,8 @@ STANDINS := nvidia_p2p peer_mem_host p2p_probe test_client
 STANDIN_SYMVERS = $(foreach s,$(STANDINS),$(wildcard $(REPO)/tests/standins/$(s)/Module.symvers))
 KBUILD_EXTRA_SYMBOLS ?= $(STANDIN_SYMVERS)
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(NVIDIA_SRC) PEER_MEM_INC=$(PEER_MEM_INC) \
-	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1)
+	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1) \
+	$(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
 else
 # A real kernel. packaging/configure.sh finds and checks what the build needs for it (the rustc that
 # built it, the NVIDIA open-module tree, MLNX_OFED/DOCA-OFED, their Module.symvers) and writes it to
@@ -63,7 +76,7 @@ include $(PEERMEM_CONFIG)
 KMAKE = $(MAKE) -C $(PEERMEM_KDIR) LLVM=$(PEERMEM_LLVM) RUSTC=$(PEERMEM_RUSTC) BINDGEN=$(PEERMEM_BINDGEN)
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_PEER_MEM_INC) \
 	KBUILD_EXTRA_SYMBOLS="$(PEERMEM_EXTRA_SYMBOLS)" $(if $(PEERMEM_MODPOST_WARN),KBUILD_MODPOST_WARN=1) \
-	$(if $(CLIPPY),CLIPPY=1)
+	$(if $(CLIPPY),CLIPPY=1) $(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
 endif
 endif
 
@@ -130,8 +143,10 @@ endif
 
 # --- installing on GPU nodes ---------------------------------------------------------------------
 # DESTDIR installs into a staging root. The module goes to /lib/modules/<kernel>/updates (DKMS:
-# updates/dkms); the modprobe.d snippet loads the NVIDIA driver and ib_core first and explains a
-# failed load (packaging/peermem-rs-explain); MODULES_LOAD=1 also loads peermem_rs at boot.
+# updates/dkms), which depmod prefers to every other directory, so the drop-in (DROPIN=1) is what
+# `modprobe nvidia-peermem` loads even where the NVIDIA driver package installed its own
+# nvidia-peermem.ko. The modprobe.d snippet loads the NVIDIA driver and ib_core first and explains a
+# failed load (packaging/peermem-rs-explain); MODULES_LOAD=1 also loads the module at boot.
 MODPROBE_CONF := /lib/modprobe.d/peermem-rs.conf
 MODULES_LOAD_CONF := /etc/modules-load.d/peermem-rs.conf
 EXPLAIN := /usr/sbin/peermem-rs-explain
@@ -140,31 +155,50 @@ DKMS_SRC_TREE ?= /usr/src
 # Extra dkms options, e.g. --dkmstree/--installtree (the packaging tests use them).
 DKMS_ARGS ?=
 DKMS_SRC := $(DESTDIR)$(DKMS_SRC_TREE)/peermem-rs-$(VERSION)
+# DKMS installs a module only if it is newer than one of the same name already in the kernel's
+# tree, and nvidia-peermem.ko of driver 550.x is "newer" than peermem-rs 0.x. The drop-in is
+# meant to replace it: this file, which DKMS reads (its modules_to_force_install), lets DKMS skip
+# that comparison for peermem-rs, also when it installs for a new kernel on its own (AUTOINSTALL).
+DKMS_FORCE := /usr/share/dkms/modules_to_force_install/peermem-rs
+# Without DKMS, nothing moves another nvidia-peermem.ko out of the way, and depmod has no order
+# between two of them below updates/ (NVIDIA's DKMS package puts its own in updates/dkms): this
+# depmod.d rule makes it take the drop-in's, in updates/. (depmod matches the file's name here.)
+DEPMOD_CONF := /etc/depmod.d/peermem-rs.conf
 DEPMOD = if [ -f $(DESTDIR)/lib/modules/$(KREL)/modules.dep ] && command -v depmod >/dev/null; then \
-	depmod -a $(if $(DESTDIR),-b $(DESTDIR)) $(KREL); fi
+	depmod -a $(if $(DESTDIR),-b $(DESTDIR) $$([ -d $(DESTDIR)/etc/depmod.d ] && echo -C $(DESTDIR)/etc/depmod.d)) $(KREL); fi
+# A snippet of packaging/ with the module's name filled in.
+SNIPPET = sed 's/@MODULE@/$(MODNAME)/g' $(REPO)/packaging/$(1) > $(2).tmp && \
+	install -D -m 0644 $(2).tmp $(2) && rm -f $(2).tmp
 
 modules_install: module
 	+@$(MAKE) --no-print-directory PEERMEM_CONFIG=$(CONFIG_MK) kbuild-modules_install \
 		INSTALL_MOD_PATH=$(DESTDIR) INSTALL_MOD_DIR=updates
 
 install: modules_install install-support
+ifeq ($(DROPIN),1)
+	mkdir -p $(DESTDIR)$(dir $(DEPMOD_CONF))
+	echo 'override $(KO) * updates' > $(DESTDIR)$(DEPMOD_CONF)
+	@$(DEPMOD)
+endif
 
 install-support:
-	install -D -m 0644 $(REPO)/packaging/peermem-rs.modprobe.conf $(DESTDIR)$(MODPROBE_CONF)
+	mkdir -p $(DESTDIR)$(dir $(MODPROBE_CONF))
+	$(call SNIPPET,peermem-rs.modprobe.conf,$(DESTDIR)$(MODPROBE_CONF))
 	install -D -m 0755 $(REPO)/packaging/peermem-rs-explain $(DESTDIR)$(EXPLAIN)
 ifeq ($(MODULES_LOAD),1)
-	install -D -m 0644 $(REPO)/packaging/peermem-rs.modules-load.conf $(DESTDIR)$(MODULES_LOAD_CONF)
+	mkdir -p $(DESTDIR)$(dir $(MODULES_LOAD_CONF))
+	$(call SNIPPET,peermem-rs.modules-load.conf,$(DESTDIR)$(MODULES_LOAD_CONF))
 endif
 
 uninstall: uninstall-support
-	rm -f $(DESTDIR)/lib/modules/$(KREL)/updates/peermem_rs.ko*
+	rm -f $(DESTDIR)/lib/modules/$(KREL)/updates/$(KO).ko* $(DESTDIR)$(DEPMOD_CONF)
 	@$(DEPMOD)
 
 uninstall-support:
 	rm -f $(DESTDIR)$(MODPROBE_CONF) $(DESTDIR)$(EXPLAIN) $(DESTDIR)$(MODULES_LOAD_CONF)
 
 # The DKMS source tree: what the build needs (no tests, no host crates), with dkms.conf made from
-# packaging/dkms.conf.in and Cargo.toml's version.
+# packaging/dkms.conf.in, Cargo.toml's version and the module name (PEERMEM_DROPIN in dkms.conf).
 dkms-source:
 	@[ -n "$(VERSION)" ] || { echo "no version in $(REPO)/Cargo.toml" >&2; exit 1; }
 	rm -rf $(DKMS_SRC)
@@ -173,13 +207,29 @@ dkms-source:
 		bindings/bindings.h bindings/bindgen.args bindings/shim.c bindings/shim.h \
 		$$(find src -name '*.rs') packaging/configure.sh packaging/peermem-rs-explain \
 		packaging/peermem-rs.modprobe.conf packaging/peermem-rs.modules-load.conf $(DKMS_SRC)/
-	sed 's/@VERSION@/$(VERSION)/' $(REPO)/packaging/dkms.conf.in > $(DKMS_SRC)/dkms.conf
+	sed -e 's/@VERSION@/$(VERSION)/' -e 's/@DROPIN@/$(if $(filter 1,$(DROPIN)),1,0)/' \
+		$(REPO)/packaging/dkms.conf.in > $(DKMS_SRC)/dkms.conf
 
-dkms-install: dkms-source install-support
+# Installing the other module name over an installed one: DKMS must first remove the old one with
+# the dkms.conf that names its module, before dkms-source replaces it.
+dkms-install: install-support
+	@if [ -f $(DKMS_SRC)/dkms.conf ] && \
+	   ! grep -qx 'PEERMEM_DROPIN="$(if $(filter 1,$(DROPIN)),1,0)"' $(DKMS_SRC)/dkms.conf; then \
+		echo "peermem-rs $(VERSION) is in DKMS under the other module name: removing it first"; \
+		$(DKMS) remove -m peermem-rs -v $(VERSION) --all --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS) || true; \
+	fi
+	+@$(MAKE) --no-print-directory dkms-source
+ifeq ($(DROPIN),1)
+	mkdir -p $(dir $(DESTDIR)$(DKMS_FORCE))
+	echo peermem-rs_version-override > $(DESTDIR)$(DKMS_FORCE)
+else
+	rm -f $(DESTDIR)$(DKMS_FORCE)
+endif
 	$(DKMS) status -m peermem-rs -v $(VERSION) $(DKMS_ARGS) | grep -q . || \
 		$(DKMS) add -m peermem-rs -v $(VERSION) --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS)
 	$(DKMS) install -m peermem-rs -v $(VERSION) -k $(KREL) --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS)
 
+# dkms remove puts back what DKMS archived at install (NVIDIA's nvidia-peermem.ko for the drop-in).
 dkms-uninstall: uninstall-support
 	-$(DKMS) remove -m peermem-rs -v $(VERSION) --all --sourcetree $(DESTDIR)$(DKMS_SRC_TREE) $(DKMS_ARGS)
-	rm -rf $(DKMS_SRC)
+	rm -rf $(DKMS_SRC) $(DESTDIR)$(DKMS_FORCE)

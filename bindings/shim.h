@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * The C side of peermem-rs: only what Rust cannot express. Module parameters that appear read-only
- * in /sys/module/peermem_rs/parameters (the Rust module! macro registers parameters without sysfs
+ * in /sys/module/<module>/parameters (the Rust module! macro registers parameters without sysfs
  * permissions), MODULE_VERSION and MODULE_SOFTDEP. There is no logic here.
  */
 #ifndef PEERMEM_SHIM_H

@@ -26,6 +26,75 @@ pub(crate) fn this_module() -> *mut bindings::module {
     <crate::LocalModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr()
 }
 
+/// This module's name: `peermem_rs`, or `nvidia_peermem` for the drop-in build.
+fn module_name() -> &'static CStr {
+    <crate::LocalModule as kernel::ModuleMetadata>::NAME
+}
+
+/// The modules that register a GPU peer-memory client named `nv_mem`, and who they are.
+const NV_MEM_MODULES: [(&CStr, &str); 3] = [
+    (
+        c"nvidia_peermem",
+        "NVIDIA's, or peermem-rs built as its drop-in",
+    ),
+    (c"peermem_rs", "peermem-rs"),
+    (c"nv_peer_mem", "Mellanox's nv_peer_mem"),
+];
+
+/// Is a module named `name` in the kernel (loaded, loading or unloading)?
+///
+/// A module cannot ask the loader (`find_module` is not exported since 5.12, nor is
+/// `module_kset`), but every module in the kernel has a kobject in `module_kset`
+/// (/sys/module/<name>), and so do we: the loader adds ours (`mod_sysfs_setup`, which sets
+/// `mkobj.kobj.kset` to `module_kset`) before it calls our init. `kset_find_obj` (EXPORT_SYMBOL_GPL)
+/// looks a name up there, as the loader itself does to refuse a second copy of a module
+/// (`mod_sysfs_init`).
+fn module_present(this: &ThisModule, name: &CStr) -> bool {
+    let this = this.as_ptr();
+    if this.is_null() {
+        // Built in: no kobject of our own to start from (and peermem-rs is never built in).
+        return false;
+    }
+    // SAFETY: `this` is our own module, which is being initialised: the loader has added its
+    // kobject to `module_kset` and keeps it until the module is freed, after init has returned.
+    let kset = unsafe { (*this).mkobj.kobj.kset };
+    if kset.is_null() {
+        return false;
+    }
+    // SAFETY: `kset` is `module_kset`, which lives as long as the kernel; `name` is a C string.
+    let kobj = unsafe { bindings::kset_find_obj(kset, name.as_char_ptr()) };
+    if kobj.is_null() {
+        return false;
+    }
+    // SAFETY: `kset_find_obj` returned the kobject with a reference taken for us; we drop it.
+    unsafe { bindings::kobject_put(kobj) };
+    true
+}
+
+/// Refuses to load next to another module that registers `nv_mem` (see [`NV_MEM_MODULES`]).
+///
+/// The peer-memory host cannot always refuse the second client for us: MLNX_OFED/DOCA-OFED rejects a
+/// duplicate name only through its `memory_peers` sysfs directory, which it builds only where the
+/// kernel exports `mm_kobj` (before 6.6). On current kernels both would register, and ib_core would
+/// hand GPU memory to whichever registered first.
+fn refuse_beside_other_client(this: &ThisModule) -> Result {
+    let me = module_name();
+    for (other, who) in NV_MEM_MODULES {
+        if other != me && module_present(this, other) {
+            pr_err!(
+                "{} ({}) is loaded and registers the GPU peer-memory client nv_mem: refusing to \
+                 register a second one, which the peer-memory host may not refuse (unload it \
+                 first: rmmod {})\n",
+                other,
+                who,
+                other
+            );
+            return Err(EBUSY);
+        }
+    }
+    Ok(())
+}
+
 /// The workqueue the registrations' work items run on, published for them by [`WorkQueue`].
 static WORK_QUEUE: Atomic<*mut bindings::workqueue_struct> = Atomic::new(core::ptr::null_mut());
 
@@ -94,7 +163,7 @@ pub(crate) struct PeerMemRs {
     _debugfs: Dir,
 }
 
-/// /sys/kernel/debug/peermem_rs/stats: the counters, one `key value` per line.
+/// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line.
 struct StatsText;
 
 impl fmt::Debug for StatsText {
@@ -152,8 +221,10 @@ fn register(
     ClientRegistration::register(link, name, sys::version(), ex_unmaps).map_err(|e| match e {
         RegisterError::Refused => {
             pr_err!(
-                "the peer-memory host refused client '{}': a client of that name is already registered, \
-                 usually by NVIDIA's nvidia_peermem (unload it first: rmmod nvidia_peermem)\n",
+                "the peer-memory host refused client '{}': a client of that name is already registered \
+                 by a module other than nvidia_peermem, peermem_rs and nv_peer_mem (which are looked \
+                 for first); unload that module (its name is in /sys/kernel/mm/memory_peers or the \
+                 kernel log)\n",
                 name
             );
             EBUSY
@@ -202,14 +273,16 @@ fn register_clients() -> Result<Clients> {
 }
 
 impl kernel::InPlaceModule for PeerMemRs {
-    fn init(_module: &'static ThisModule) -> impl PinInit<Self, Error> {
-        // The queue first: a registration may need it as soon as a client is registered.
-        let queue = WorkQueue::new();
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        // Nothing is made next to another nv_mem client. Then the queue: a registration may need
+        // it as soon as a client is registered.
+        let queue = refuse_beside_other_client(module).and_then(|()| WorkQueue::new());
         let clients = queue
             .as_ref()
             .map_err(|e| *e)
             .and_then(|_| register_clients());
-        let debugfs = Dir::new(c"peermem_rs");
+        // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
+        let debugfs = Dir::new(module_name());
         try_pin_init!(Self {
             _stats <- debugfs.read_only_file(c"stats", StatsText),
             _clients: clients?,

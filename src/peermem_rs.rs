@@ -18,10 +18,29 @@ mod sg;
 mod stats;
 mod sys;
 
-kernel::macros::module! {
-    type: module::PeerMemRs,
-    name: "peermem_rs",
-    authors: ["peermem-rs developers"],
-    description: "GPUDirect RDMA peer-memory client for NVIDIA GPUs (Rust)",
-    license: "GPL",
+/// Declares the module under `$name`. The kernel names a loadable module after its object (Kbuild
+/// chooses `peermem_rs.o` or, for the drop-in, `nvidia-peermem.o`); the macro's `name` must match it,
+/// because it is the prefix of every log line (`pr_*!`), and a log line should name the module an
+/// operator can `rmmod`.
+macro_rules! peermem_module {
+    ($name:literal, $description:literal) => {
+        kernel::macros::module! {
+            type: module::PeerMemRs,
+            name: $name,
+            authors: ["peermem-rs developers"],
+            description: $description,
+            license: "GPL",
+        }
+    };
 }
+
+#[cfg(not(peermem_dropin))]
+peermem_module!(
+    "peermem_rs",
+    "GPUDirect RDMA peer-memory client for NVIDIA GPUs (Rust)"
+);
+#[cfg(peermem_dropin)]
+peermem_module!(
+    "nvidia_peermem",
+    "GPUDirect RDMA peer-memory client for NVIDIA GPUs (peermem-rs, a drop-in for nvidia-peermem)"
+);

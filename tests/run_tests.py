@@ -101,6 +101,12 @@ def build(kdir):
     log("building the stand-ins and peermem_rs.ko")
     run(["make", "-s", "-C", str(REPO), "module"])
     shutil.copy2(REPO / "peermem_rs.ko", PAYLOAD / "modules")
+    # The drop-in build, module nvidia_peermem: beside NVIDIA's nvidia-peermem.ko (the reference,
+    # below), so in a directory of its own.
+    log("building the drop-in nvidia-peermem.ko")
+    run(["make", "-s", "-C", str(REPO), "module", "DROPIN=1"])
+    (PAYLOAD / "modules" / "dropin").mkdir()
+    shutil.copy2(REPO / "nvidia-peermem.ko", PAYLOAD / "modules" / "dropin")
     for ko in sorted((REPO / "tests" / "standins").glob("*/*.ko")):
         shutil.copy2(ko, PAYLOAD / "modules")
     # NVIDIA's own nvidia-peermem.ko, built against the stand-ins: the reference implementation.

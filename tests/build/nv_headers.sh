@@ -31,8 +31,12 @@ build() {
         >"$WORK/$name.log" 2>&1
 }
 
+# (nm's output is taken whole first: with pipefail, grep -q quitting at the first match could
+# fail the pipeline on nm's SIGPIPE, depending on timing.)
 uses_persistent() {
-    "$REPO_ROOT/tests/infra/in-root" nm -u "$WORK/$1/peermem_rs.ko" | grep -qw nvidia_p2p_get_pages_persistent
+    local undefined
+    undefined=$("$REPO_ROOT/tests/infra/in-root" nm -u "$WORK/$1/peermem_rs.ko")
+    grep -qw nvidia_p2p_get_pages_persistent <<< "$undefined"
 }
 
 n=0

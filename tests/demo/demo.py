@@ -20,7 +20,8 @@ set -e
 M=/payload/modules
 echo "GPU stand-in: $(cat /sys/bus/pci/devices/*/uevent 2>/dev/null | grep -c 'PCI_ID=1AF4:1110') ivshmem device(s); NIC stand-in: edu"
 insmod $M/nvidia_p2p_standin.ko
-insmod $M/peer_mem_host.ko
+# The host of kernels before 6.6 (sysfs=1): the demo shows its memory_peers statistics.
+insmod $M/peer_mem_host.ko sysfs=1
 insmod $M/peermem_rs.ko persistent_api_support=0
 /payload/demo/gdr_demo
 rmmod peermem_rs

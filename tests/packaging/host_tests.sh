@@ -9,9 +9,11 @@
 #
 # It runs inside the build root, whose /tmp is private to the call: every fake node layout lives in
 # /tmp and vanishes with it; /var/lib/dkms is covered by a tmpfs too, so nothing reaches the cached
-# root. The stand-ins must be built (make module). OUTDIR receives what the VM tests load
-# (tests/selftests/packaging): dkms/peermem_rs.ko as dkms installed it, nvidia.ko (a proprietary-
-# licensed stub of the NVIDIA exports) and VERSION (Cargo.toml's).
+# root (and /usr/share, where DKMS reads which modules it may install over newer ones, by an overlay).
+# The stand-ins and NVIDIA's nvidia-peermem.ko must be built (make module;
+# tests/reference/build-nvidia-peermem.sh). OUTDIR receives what the VM tests load
+# (tests/selftests/packaging): dkms/peermem_rs.ko and dkms/nvidia-peermem.ko (the drop-in) as dkms
+# installed them, nvidia.ko (a proprietary-licensed stub of the NVIDIA exports) and VERSION.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,6 +27,8 @@ KREL=$(cat "$KDIR/include/config/kernel.release")
 VERSION=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml")
 WANT_RUSTC=$(sed -n 's/^CONFIG_RUSTC_VERSION_TEXT=//p' "$KDIR/include/config/auto.conf" | tr -d '"')
 NV_VERSION=550.163.01
+# NVIDIA's nvidia-peermem.ko (550), built against the stand-ins: what a driver package installs.
+NV_PEERMEM=$REPO/.build/reference/nvidia-peermem/nvidia-peermem.ko
 export REPO KDIR KREL
 
 echo "TAP version 13"
@@ -33,8 +37,9 @@ bail() { echo "1..0 # SKIP $*"; exit 4; }
     bail "needs root and dkms: run it through tests/infra/in-root"
 awk '$5 == "/tmp" { f = 1 } END { exit !f }' /proc/self/mountinfo || bail "/tmp is not private: run it through tests/infra/in-root"
 for f in "$STANDINS/nvidia_p2p/Module.symvers" "$STANDINS/peer_mem_host/Module.symvers" \
-    "$STANDINS/nvidia_p2p/nvidia_p2p_standin.ko" "$NV_OPEN/nvidia/nv-p2p.h" "$NV_PROP/nvidia/nv-p2p.h"; do
-    [ -e "$f" ] || bail "no $f (make module; tests/infra/setup-toolchain.sh)"
+    "$STANDINS/nvidia_p2p/nvidia_p2p_standin.ko" "$NV_OPEN/nvidia/nv-p2p.h" "$NV_PROP/nvidia/nv-p2p.h" \
+    "$NV_PEERMEM"; do
+    [ -e "$f" ] || bail "no $f (make module; tests/reference/build-nvidia-peermem.sh; tests/infra/setup-toolchain.sh)"
 done
 # Whatever dkms might write to its default tree stays in this mount namespace.
 mount -t tmpfs tmpfs /var/lib/dkms || bail "cannot mount a tmpfs on /var/lib/dkms"
@@ -131,7 +136,7 @@ fake_kdir() {
 # --- the proprietary stub (for the refusal of an installed proprietary nvidia.ko, and the VM) ------
 
 mkdir -p "$OUT/dkms"
-rm -f "$OUT/dkms/peermem_rs.ko" "$OUT/nvidia.ko" "$OUT/VERSION"
+rm -f "$OUT/dkms/peermem_rs.ko" "$OUT/dkms/nvidia-peermem.ko" "$OUT/nvidia.ko" "$OUT/VERSION"
 echo "$VERSION" > "$OUT/VERSION"
 stub=$T/proprietary_nvidia
 cp -r "$REPO/tests/packaging/proprietary_nvidia" "$stub"
@@ -362,7 +367,7 @@ check "dkms: dkms.conf made from the template, with Cargo.toml's version $VERSIO
 check "dkms: status says installed for $KREL" bash -c "$(declare -f dstatus); D=$D N=$N KREL=$KREL; dstatus | tee /dev/stderr | grep -q 'peermem-rs/$VERSION, $KREL, x86_64: installed'"
 check "dkms: the installed module is version $VERSION for kernel $KREL, linked to the fake OFED and NVIDIA trees" \
     bash -c "[ \"\$(modinfo -F version $KO)\" = $VERSION ] && modinfo -F vermagic $KO | grep -q '^$KREL ' &&
-        [ \"\$(modinfo -F depends $KO)\" = nvidia_p2p_standin,peer_mem_host ]"
+        [ \"\$(modinfo -F depends $KO | tr , '\\n' | sort | paste -sd,)\" = nvidia_p2p_standin,peer_mem_host ]"
 check "dkms: the build found OFED and NVIDIA in dkms's own trees" \
     has "$D/peermem-rs/$VERSION/$KREL/x86_64/log/make.log" \
     "rdma/peer_mem.h in $D/mlnx-ofed-kernel/25.07/build/include; symbols from $D/mlnx-ofed-kernel/25.07/build/Module.symvers"
@@ -383,10 +388,85 @@ ln -s "$F" "$N/lib/modules/$KREL-norust/build"
 check "dkms: a kernel without CONFIG_RUST is skipped by BUILD_EXCLUSIVE_CONFIG (exit 77), not failed" \
     bash -c "dkms build -m peermem-rs -v $VERSION -k $KREL-norust --dkmstree $D --sourcetree $N/usr/src \
         --installtree $N/lib/modules; rc=\$?; echo rc=\$rc; [ \$rc = 77 ]"
-check "dkms: make dkms-uninstall removes the module, its dkms entry, the sources and the snippet" \
-    bash -c "$(declare -f dstatus); D=$D N=$N KREL=$KREL; ${DKMS_MAKE[*]@Q} dkms-uninstall &&
-        [ ! -e $KO ] && [ -z \"\$(dstatus)\" ] && [ ! -e $N/usr/src/peermem-rs-$VERSION ] &&
-        [ ! -e $N/lib/modprobe.d/peermem-rs.conf ] && [ ! -e $N/usr/sbin/peermem-rs-explain ]"
+
+# --- DKMS: the drop-in next to NVIDIA's nvidia-peermem.ko ------------------------------------------
+# The same node, now with NVIDIA's nvidia-peermem.ko (550.163.01, built from NVIDIA's source) where
+# the .run installer puts it. `make dkms-install DROPIN=1` replaces the installed peermem_rs build
+# with the drop-in. dkms never runs depmod here (its --installtree is not /lib/modules, and it would
+# run depmod on the build root's own tree): depmod_node does, and no_depmod removes its output again
+# before the next dkms call.
+VID=$N/lib/modules/$KREL/kernel/drivers/video
+DKO=$N/lib/modules/$KREL/updates/dkms/nvidia-peermem.ko
+ORIG=$D/peermem-rs/original_module/$KREL/x86_64
+mkdir -p "$VID"
+cp "$NV_PEERMEM" "$VID/nvidia-peermem.ko"
+depmod_node() { depmod -b "$N" "$KREL" 2>/dev/null; }
+no_depmod() { rm -f "$N/lib/modules/$KREL"/modules.*; }
+# peermem_of: the file modules.dep resolves nvidia_peermem to.
+peermem_of() { depmod_node; sed -n 's/^\([^:]*nvidia-peermem\.ko\):.*/\1/p' "$N/lib/modules/$KREL/modules.dep"; no_depmod; }
+verinfo() { echo "$(modinfo -F name "$1") $(modinfo -F version "$1")"; }
+# DKMS reads /usr/share/dkms/modules_to_force_install, outside DESTDIR: an overlay on /usr/share (so
+# that nothing reaches the build root) shows the node's at that place.
+mkdir -p "$T/share-up" "$T/share-work" "$N/usr/share/dkms"
+mount -t overlay overlay -o "lowerdir=/usr/share,upperdir=$T/share-up,workdir=$T/share-work" /usr/share ||
+    notok "drop-in dkms: cannot mount an overlay on /usr/share"
+check "drop-in: NVIDIA's nvidia-peermem.ko ($NV_VERSION) is what modules.dep resolves nvidia_peermem to, before" \
+    bash -c "$(declare -f depmod_node no_depmod peermem_of); N=$N KREL=$KREL; [ \"\$(peermem_of)\" = kernel/drivers/video/nvidia-peermem.ko ] &&
+        [ \"\$(modinfo -F version $VID/nvidia-peermem.ko)\" = $NV_VERSION ]"
+# Without the version override DKMS refuses: 0.1.0 is "not newer" than 550.163.01.
+refusal "drop-in dkms: switching from peermem_rs removes it first; without DKMS's version override the install is refused" \
+    "under the other module name: removing it first" "is not newer than what is already found in kernel $KREL" \
+    -- "${DKMS_MAKE[@]}" DROPIN=1 dkms-install
+check "drop-in dkms: after the refusal, NVIDIA's module is untouched" test -f "$VID/nvidia-peermem.ko"
+ln -s "$N/usr/share/dkms" /usr/share/dkms
+start=$(date +%s)
+check "drop-in dkms: make dkms-install DROPIN=1 writes the override, and DKMS installs it and archives NVIDIA's" \
+    bash -c "${DKMS_MAKE[*]@Q} DROPIN=1 dkms-install | tee /dev/stderr |
+        grep -q 'Found pre-existing $VID/nvidia-peermem.ko, archiving for uninstallation' &&
+        [ \"\$(cat $N/usr/share/dkms/modules_to_force_install/peermem-rs)\" = peermem-rs_version-override ]"
+dropin_s=$(( $(date +%s) - start ))
+check "drop-in dkms: dkms.conf says PEERMEM_DROPIN=\"1\"; the build made nvidia-peermem.ko" \
+    bash -c "grep -qx 'PEERMEM_DROPIN=\"1\"' $N/usr/src/peermem-rs-$VERSION/dkms.conf &&
+        grep -q 'LD \[M\]  *nvidia-peermem.ko' $D/peermem-rs/$VERSION/$KREL/x86_64/log/make.log"
+check "drop-in dkms: updates/dkms/nvidia-peermem.ko is module nvidia_peermem, version $VERSION; peermem_rs.ko is gone" \
+    bash -c "$(declare -f verinfo); [ \"\$(verinfo $DKO)\" = 'nvidia_peermem $VERSION' ] && [ ! -e $KO ]"
+check "drop-in dkms: NVIDIA's ($NV_VERSION) is archived in DKMS's original_module, with where it came from" \
+    bash -c "[ ! -e $VID/nvidia-peermem.ko ] && [ \"\$(modinfo -F version $ORIG/nvidia-peermem.ko)\" = $NV_VERSION ] &&
+        [ \"\$(cat $ORIG/nvidia-peermem.ko.origin)\" = $VID/nvidia-peermem.ko ]"
+check "drop-in dkms: modules.dep resolves nvidia_peermem to the drop-in (updates/dkms)" \
+    bash -c "$(declare -f depmod_node no_depmod peermem_of); N=$N KREL=$KREL; [ \"\$(peermem_of)\" = updates/dkms/nvidia-peermem.ko ]"
+check "drop-in dkms: modprobe nvidia-peermem (dry run) runs our install hook, which inserts the drop-in" \
+    bash -c "depmod -b $N $KREL 2>/dev/null
+        modprobe -n -v -d $N -S $KREL -C $N/lib/modprobe.d nvidia-peermem | tee /dev/stderr |
+            grep -q '^install /sbin/modprobe --ignore-install nvidia_peermem .*peermem-rs-explain nvidia_peermem' &&
+        modprobe -n -v --ignore-install -d $N -S $KREL -C $N/lib/modprobe.d nvidia-peermem | tee /dev/stderr |
+            grep -q '^insmod $DKO' &&
+        grep -qx 'softdep nvidia_peermem pre: nvidia ib_core ib_uverbs' $N/lib/modules/$KREL/modules.softdep; rc=\$?
+        rm -f $N/lib/modules/$KREL/modules.*; exit \$rc"
+[ -f "$DKO" ] && cp "$DKO" "$OUT/dkms/nvidia-peermem.ko"
+check "drop-in dkms: dkms uninstall puts NVIDIA's back where it was" \
+    bash -c "$(declare -f depmod_node no_depmod peermem_of); N=$N KREL=$KREL
+        dkms uninstall -m peermem-rs -v $VERSION -k $KREL --dkmstree $D --sourcetree $N/usr/src --installtree $N/lib/modules &&
+        [ ! -e $DKO ] && [ \"\$(modinfo -F version $VID/nvidia-peermem.ko)\" = $NV_VERSION ] &&
+        [ \"\$(peermem_of)\" = kernel/drivers/video/nvidia-peermem.ko ]"
+# NVIDIA's own DKMS package installs its nvidia-peermem.ko at the drop-in's place: archived and put
+# back the same way.
+mkdir -p "$(dirname "$DKO")"
+mv "$VID/nvidia-peermem.ko" "$DKO"
+check "drop-in dkms: NVIDIA's in updates/dkms (its DKMS package): replaced by the drop-in, and back after uninstall" \
+    bash -c "$(declare -f verinfo depmod_node no_depmod peermem_of); N=$N KREL=$KREL
+        dkms install -m peermem-rs -v $VERSION -k $KREL --dkmstree $D --sourcetree $N/usr/src --installtree $N/lib/modules &&
+        [ \"\$(verinfo $DKO)\" = 'nvidia_peermem $VERSION' ] && [ \"\$(modinfo -F version $ORIG/nvidia-peermem.ko)\" = $NV_VERSION ] &&
+        dkms uninstall -m peermem-rs -v $VERSION -k $KREL --dkmstree $D --sourcetree $N/usr/src --installtree $N/lib/modules &&
+        [ \"\$(verinfo $DKO)\" = 'nvidia_peermem $NV_VERSION' ] && [ \"\$(peermem_of)\" = updates/dkms/nvidia-peermem.ko ]"
+KO=$DKO
+check "dkms: make dkms-uninstall removes the module, its dkms entry, the sources, the snippet and the override" \
+    bash -c "$(declare -f dstatus); D=$D N=$N KREL=$KREL; ${DKMS_MAKE[*]@Q} DROPIN=1 dkms-uninstall &&
+        [ -z \"\$(dstatus)\" ] && [ ! -e $N/usr/src/peermem-rs-$VERSION ] &&
+        [ ! -e $N/lib/modprobe.d/peermem-rs.conf ] && [ ! -e $N/usr/sbin/peermem-rs-explain ] &&
+        [ ! -e $N/usr/share/dkms/modules_to_force_install/peermem-rs ] &&
+        [ \"\$(modinfo -F version $KO)\" = $NV_VERSION ]"
+rm -f /usr/share/dkms
 
 # --- make install (without DKMS) -------------------------------------------------------------------
 
@@ -419,6 +499,25 @@ check "make uninstall: everything installed is gone" \
     bash -c "${INST[*]@Q} uninstall && [ ! -e $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
         [ ! -e $R/lib/modprobe.d/peermem-rs.conf ] && [ ! -e $R/usr/sbin/peermem-rs-explain ] &&
         [ ! -e $R/etc/modules-load.d/peermem-rs.conf ] && ! grep -q peermem_rs $R/lib/modules/$KREL/modules.dep"
+
+# The drop-in without DKMS, next to NVIDIA's nvidia-peermem.ko where its DKMS package puts it
+# (updates/dkms): depmod has no order between two files below updates/ (here it takes NVIDIA's),
+# so make install adds a depmod.d rule for the drop-in's; make uninstall takes it away again.
+MD=$R/lib/modules/$KREL
+mkdir -p "$MD/updates/dkms" "$T/no-depmod.d"
+cp "$NV_PEERMEM" "$MD/updates/dkms/nvidia-peermem.ko"
+check "make install DROPIN=1: updates/nvidia-peermem.ko (module nvidia_peermem, $VERSION) and a depmod.d rule" \
+    bash -c "$(declare -f verinfo); ${INST[*]@Q} DROPIN=1 install && [ \"\$(verinfo $MD/updates/nvidia-peermem.ko)\" = 'nvidia_peermem $VERSION' ] &&
+        grep -qx 'override nvidia-peermem \* updates' $R/etc/depmod.d/peermem-rs.conf &&
+        grep -qx 'softdep nvidia_peermem pre: nvidia ib_core ib_uverbs' $R/lib/modprobe.d/peermem-rs.conf"
+check "make install DROPIN=1: without the rule depmod takes NVIDIA's in updates/dkms; with it, modprobe nvidia-peermem inserts the drop-in" \
+    bash -c "depmod -b $R -C $T/no-depmod.d $KREL && grep '^updates/dkms/nvidia-peermem.ko:' $MD/modules.dep &&
+        depmod -b $R -C $R/etc/depmod.d $KREL && grep -c nvidia-peermem $MD/modules.dep | grep -qx 1 &&
+        modprobe -n -v --ignore-install -d $R -S $KREL -C $R/lib/modprobe.d nvidia-peermem | tee /dev/stderr |
+            grep -q '^insmod $MD/updates/nvidia-peermem.ko'"
+check "make uninstall DROPIN=1: the drop-in and the rule are gone, and nvidia_peermem is NVIDIA's again" \
+    bash -c "${INST[*]@Q} DROPIN=1 uninstall && [ ! -e $MD/updates/nvidia-peermem.ko ] && [ ! -e $R/etc/depmod.d/peermem-rs.conf ] &&
+        grep -q '^updates/dkms/nvidia-peermem.ko:' $MD/modules.dep"
 
 # --- peermem-rs-explain on recorded /proc and /sys -------------------------------------------------
 
@@ -478,6 +577,36 @@ check "explain: peermem_rs loaded: exit 0, version and clients" \
     bash -c "PEERMEM_ROOT=$S $EX > $S/out; rc=\$?; cat $S/out; [ \$rc = 0 ] &&
         grep -q 'peermem_rs $VERSION is loaded; peer-memory clients: nv_mem' $S/out"
 
-echo "# dkms add+build+install ${dkms_s:-?} s, make install (build included) ${install_s:-?} s"
+# A host without memory_peers (a kernel that does not export mm_kobj): peermem_rs is loaded, but
+# applications will not find it; the drop-in is found through /sys/module/nvidia_peermem.
+rm -r "$S/sys/kernel/mm/memory_peers"
+check "explain: peermem_rs without memory_peers: loaded, but invisible to applications, and what to do" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; rc=\$?; cat $S/out; [ \$rc = 0 ] &&
+        grep -q 'peermem_rs $VERSION is loaded; peer-memory clients: not shown (this host has no /sys/kernel/mm/memory_peers)' $S/out &&
+        grep -q '\[invisible-to-applications\] applications will not find GPUDirect RDMA' $S/out &&
+        grep -q 'make dkms-install DROPIN=1' $S/out"
+state "$S"
+rm -r "$S/sys/kernel/mm/memory_peers"
+fake_mod "$S" nvidia O
+fake_mod "$S" ib_core O
+fake_mod "$S" nvidia_peermem O
+ksym "$S" nvidia_p2p_get_pages nvidia
+ksym "$S" ib_register_peer_memory_client ib_core
+echo "$VERSION" > "$S/sys/module/nvidia_peermem/version"
+echo "$NV_VERSION" > "$S/sys/module/nvidia/version"
+check "explain: the drop-in without memory_peers (told from NVIDIA's by its version): found by applications" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; rc=\$?; cat $S/out; [ \$rc = 0 ] &&
+        grep -q 'nvidia_peermem (the peermem-rs drop-in) $VERSION is loaded' $S/out &&
+        grep -q 'applications: NCCL >= 2.23.4, UCX >= 1.18, NVSHMEM >= 3.3.9 and UCC find GPUDirect RDMA' $S/out &&
+        ! grep -q invisible $S/out"
+echo "$NV_VERSION" > "$S/sys/module/nvidia_peermem/version"
+echo "[  7.2] peermem_rs: nvidia_peermem (NVIDIA's, or peermem-rs built as its drop-in) is loaded and registers the GPU peer-memory client nv_mem: refusing to register a second one" > "$S/dmesg"
+check "explain peermem_rs: NVIDIA's nvidia_peermem (the driver's version) holds nv_mem" \
+    bash -c "PEERMEM_ROOT=$S $EX peermem_rs > $S/out; rc=\$?; cat $S/out; [ \$rc = 1 ] &&
+        grep -q '^peermem_rs is not loaded' $S/out &&
+        grep -q '\[client-name-taken\] NVIDIA.s nvidia_peermem is loaded and holds the client name nv_mem' $S/out &&
+        grep -q 'rmmod nvidia_peermem' $S/out"
+
+echo "# dkms add+build+install ${dkms_s:-?} s, drop-in install ${dropin_s:-?} s, make install (build included) ${install_s:-?} s"
 echo "1..$n"
 exit $failed

@@ -541,6 +541,106 @@ fn driver_findings(drv: &Driver, gpus: &[Gpu]) -> Vec<Finding> {
     out
 }
 
+/// Who the loaded `nvidia_peermem` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NvidiaPeermem {
+    /// peermem-rs built as the drop-in (`make DROPIN=1`).
+    PeermemRs,
+    /// NVIDIA's own module.
+    Nvidia,
+    /// Cannot tell (no debugfs to read, no driver version to compare with).
+    Unknown,
+}
+
+impl NvidiaPeermem {
+    pub fn key(self) -> &'static str {
+        match self {
+            NvidiaPeermem::PeermemRs => "peermem-rs",
+            NvidiaPeermem::Nvidia => "nvidia",
+            NvidiaPeermem::Unknown => "unknown",
+        }
+    }
+}
+
+/// Which module the loaded `nvidia_peermem` is: peermem-rs's drop-in has a statistics file in debugfs
+/// (NVIDIA's has none); without a readable debugfs, NVIDIA's carries the driver's version and the
+/// drop-in its own.
+pub fn nvidia_peermem_is(pm: &PeerMem, drv: &Driver) -> Option<NvidiaPeermem> {
+    let m = pm.nvidia_peermem.as_ref()?;
+    Some(if m.stats_file.is_some() {
+        NvidiaPeermem::PeermemRs
+    } else if pm.debugfs_readable {
+        NvidiaPeermem::Nvidia
+    } else {
+        match (&m.version, &drv.version) {
+            (Some(v), Some(d)) if v == d => NvidiaPeermem::Nvidia,
+            (Some(_), Some(_)) => NvidiaPeermem::PeermemRs,
+            _ => NvidiaPeermem::Unknown,
+        }
+    })
+}
+
+/// The files GPUDirect RDMA users test to decide whether a GPU peer-memory client is there. None of
+/// them asks the module or reads a file: each tests whether one of its paths exists (`access(F_OK)`),
+/// in order. From NCCL src/transport/net_ib/gdr.cc, UCX src/uct/ib/base/ib_md.c, NVSHMEM
+/// src/modules/transport/common/transport_ib_common.cpp, UCC src/components/tl/mlx5/tl_mlx5_context.c;
+/// tests/selftests/peermem/gdr_detect.c makes the same checks in the test VM.
+pub const APP_CHECKS: [(&str, &[&str]); 6] = [
+    (
+        "NCCL >= 2.23.4",
+        &[APP_NV_MEM, APP_NV_MEM_NC, APP_NVIDIA_PEERMEM],
+    ),
+    ("NCCL GIN GDAKI (>= 2.29.7)", &[APP_NVIDIA_PEERMEM]),
+    (
+        "UCX >= 1.18",
+        &[APP_NV_MEM, APP_NVIDIA_PEERMEM, APP_NV_PEER_MEM],
+    ),
+    (
+        "NVSHMEM >= 3.3.9",
+        &[
+            APP_NV_MEM,
+            APP_MEMORY_PEERS_NVIDIA_PEERMEM,
+            APP_NVIDIA_PEERMEM,
+        ],
+    ),
+    (
+        "UCC tl/mlx5",
+        &[APP_NV_MEM, APP_NVIDIA_PEERMEM, APP_NV_PEER_MEM],
+    ),
+    ("NCCL <= 2.22, UCX <= 1.17, NVSHMEM < 3.3.9", &[APP_NV_MEM]),
+];
+const APP_NV_MEM: &str = "/sys/kernel/mm/memory_peers/nv_mem/version";
+const APP_NV_MEM_NC: &str = "/sys/kernel/mm/memory_peers/nv_mem_nc/version";
+const APP_MEMORY_PEERS_NVIDIA_PEERMEM: &str = "/sys/kernel/mm/memory_peers/nvidia-peermem/version";
+const APP_NVIDIA_PEERMEM: &str = "/sys/module/nvidia_peermem/version";
+const APP_NV_PEER_MEM: &str = "/sys/module/nv_peer_mem/version";
+
+/// For each of [`APP_CHECKS`], the path that makes it find a client, or None.
+pub fn app_checks(pm: &PeerMem) -> Vec<(&'static str, Option<&'static str>)> {
+    let exists = |path: &str| -> bool {
+        let client = |name: &str| {
+            pm.clients
+                .iter()
+                .any(|c| c.name == name && c.version.is_some())
+        };
+        match path {
+            APP_NV_MEM => client("nv_mem"),
+            APP_NV_MEM_NC => client("nv_mem_nc"),
+            APP_MEMORY_PEERS_NVIDIA_PEERMEM => client("nvidia-peermem"),
+            APP_NVIDIA_PEERMEM => pm
+                .nvidia_peermem
+                .as_ref()
+                .is_some_and(|m| m.version.is_some()),
+            APP_NV_PEER_MEM => pm.nv_peer_mem,
+            _ => false,
+        }
+    };
+    APP_CHECKS
+        .iter()
+        .map(|(name, paths)| (*name, paths.iter().copied().find(|p| exists(p))))
+        .collect()
+}
+
 fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
     let mut out = Vec::new();
     let host = pm.memory_peers || matches!(pm.symbol, Symbol::Found(_));
@@ -555,7 +655,7 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
             format!("{} present", probe::MEMORY_PEERS)
         } else {
             format!(
-                "no {} (the ib_uverbs variant has none)",
+                "no {} (MLNX_OFED/DOCA-OFED creates it only on kernels that export mm_kobj, before 6.6; the ib_uverbs variant never does)",
                 probe::MEMORY_PEERS
             )
         };
@@ -587,7 +687,14 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
 
     let rs = pm.peermem_rs.as_ref();
     let nv = pm.nvidia_peermem.as_ref();
-    let loaded: Vec<&str> = [rs.map(|_| "peermem_rs"), nv.map(|_| "nvidia_peermem")]
+    let nv_is = nvidia_peermem_is(pm, drv);
+    let dropin = nv_is == Some(NvidiaPeermem::PeermemRs);
+    let nv_label = match nv_is {
+        Some(NvidiaPeermem::PeermemRs) => "nvidia_peermem (peermem-rs, the drop-in)",
+        Some(NvidiaPeermem::Nvidia) => "nvidia_peermem (NVIDIA's)",
+        _ => "nvidia_peermem",
+    };
+    let loaded: Vec<&str> = [rs.map(|_| "peermem_rs"), nv.map(|_| nv_label)]
         .into_iter()
         .flatten()
         .collect();
@@ -597,10 +704,14 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
             (Some(r), _) if r.version.is_some() && r.version == c.version => {
                 "peermem-rs".to_string()
             }
+            (_, Some(n)) if n.version.is_some() && n.version == c.version && dropin => {
+                "peermem-rs (drop-in nvidia_peermem)".to_string()
+            }
             (_, Some(n)) if n.version.is_some() && n.version == c.version => {
                 "nvidia-peermem".to_string()
             }
             (Some(_), None) => "peermem-rs".to_string(),
+            (None, Some(_)) if dropin => "peermem-rs (drop-in nvidia_peermem)".to_string(),
             (None, Some(_)) => "nvidia-peermem".to_string(),
             _ => "an unknown module".to_string(),
         };
@@ -627,27 +738,40 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
             None,
         ));
     } else if pm.memory_peers && !loaded.is_empty() {
-        let m = loaded[0];
+        let m = if rs.is_some() {
+            "peermem_rs"
+        } else {
+            "nvidia_peermem"
+        };
         out.push(finding(
             Severity::Fail,
             "client-not-registered",
             "node",
-            format!("{m} is loaded but no nv_mem client is registered in {}", probe::MEMORY_PEERS),
+            format!("{} is loaded but no nv_mem client is registered in {}", loaded[0], probe::MEMORY_PEERS),
             Some(format!("reload it after the RDMA stack (rmmod {m}; modprobe {m}) and look for its messages in dmesg")),
         ));
     } else if !pm.memory_peers && !loaded.is_empty() {
+        // Nothing in sysfs lists the clients of such a host: the module's own word is all there is.
+        let confirm = if rs.is_some() || dropin {
+            "its registration shows in its log line (dmesg | grep 'peermem-rs .* loaded: client')"
+        } else {
+            "its registration cannot be confirmed from sysfs"
+        };
         out.push(finding(
             Severity::Ok,
             "client-loaded",
             "node",
-            format!("{} loaded (this peer-memory host has no memory_peers directory to confirm the registration)", loaded.join(", ")),
+            format!(
+                "{} loaded; this peer-memory host has no memory_peers directory, so {confirm}",
+                loaded.join(", ")
+            ),
             None,
         ));
     } else {
         let fix = match drv.flavour {
             Flavour::Proprietary => "modprobe nvidia-peermem (NVIDIA's module; peermem-rs cannot load against the proprietary driver)".to_string(),
-            Flavour::Open => "modprobe peermem_rs (or NVIDIA's nvidia-peermem)".to_string(),
-            Flavour::Unknown => "load the NVIDIA driver, then peermem_rs (open kernel modules) or nvidia-peermem (proprietary driver)".to_string(),
+            Flavour::Open => "install peermem-rs as the drop-in nvidia-peermem (make dkms-install DROPIN=1) and modprobe nvidia-peermem; or NVIDIA's nvidia-peermem".to_string(),
+            Flavour::Unknown => "load the NVIDIA driver, then peermem-rs (open kernel modules; as the drop-in nvidia-peermem) or NVIDIA's nvidia-peermem (proprietary driver)".to_string(),
         };
         out.push(finding(
             Severity::Fail,
@@ -656,6 +780,9 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
             "no GPU peer-memory client: neither peermem_rs nor nvidia_peermem is loaded, so ibv_reg_mr() on GPU memory fails (EFAULT)".into(),
             Some(fix),
         ));
+    }
+    if !loaded.is_empty() {
+        out.extend(app_findings(pm, rs.is_some() && !dropin));
     }
     if rs.is_some() && nv.is_some() {
         out.push(finding(
@@ -669,7 +796,75 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
     if let Some(r) = rs {
         out.extend(peermem_rs_findings(r));
     }
+    if let (Some(n), true) = (nv, dropin) {
+        out.extend(peermem_rs_findings(n));
+    }
     out
+}
+
+/// What GPUDirect RDMA users conclude, when a GPU client is loaded (see [`APP_CHECKS`]).
+fn app_findings(pm: &PeerMem, own_name_only: bool) -> Vec<Finding> {
+    let checks = app_checks(pm);
+    let (found, missed): (Vec<_>, Vec<_>) = checks.iter().partition(|(_, p)| p.is_some());
+    let short = |p: &str| {
+        p.trim_start_matches("/sys/kernel/mm/")
+            .trim_start_matches("/sys/")
+            .trim_end_matches("/version")
+            .to_string()
+    };
+    let list = |v: &[&(&str, Option<&str>)]| {
+        v.iter()
+            .map(|(n, p)| match p {
+                Some(p) => format!("{n} ({})", short(p)),
+                None => n.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // The current releases are all but the last check.
+    let current_found = checks[..checks.len() - 1].iter().any(|(_, p)| p.is_some());
+    if missed.is_empty() {
+        vec![finding(
+            Severity::Ok,
+            "applications",
+            "node",
+            format!("GPUDirect RDMA users find the client: {}", list(&found)),
+            None,
+        )]
+    } else if !current_found {
+        vec![finding(
+            Severity::Slow,
+            "client-invisible",
+            "node",
+            format!(
+                "applications will not find GPUDirect RDMA: {} look for {APP_NV_MEM} or {APP_NVIDIA_PEERMEM}, and neither exists{}; they fall back to DMA-BUF where the kernel and NIC support it, else to staging through host memory, without an error",
+                list(&missed),
+                if own_name_only {
+                    " (peermem-rs is loaded under its own name, peermem_rs, and this host has no memory_peers)"
+                } else {
+                    ""
+                }
+            ),
+            Some("install peermem-rs as the drop-in nvidia-peermem, where they look on every kernel: make dkms-install DROPIN=1 (README, \"Drop-in\")".into()),
+        )]
+    } else {
+        let fix = if missed.iter().any(|(n, _)| n.starts_with("NCCL GIN")) {
+            "NCCL's GPU-initiated networking looks only for /sys/module/nvidia_peermem/version: install peermem-rs as the drop-in (make dkms-install DROPIN=1)"
+        } else {
+            "the older releases look only for memory_peers, which kernels from 6.6 do not have; upgrade them, or use DMA-BUF"
+        };
+        vec![finding(
+            Severity::Note,
+            "applications",
+            "node",
+            format!(
+                "GPUDirect RDMA users that find the client: {}; that do not: {}",
+                list(&found),
+                list(&missed)
+            ),
+            Some(fix.into()),
+        )]
+    }
 }
 
 fn client_usage(c: &probe::Client) -> String {
@@ -721,7 +916,14 @@ fn peermem_rs_findings(r: &probe::Module) -> Vec<Finding> {
         Severity::Ok,
         "peermem-rs",
         "node",
-        format!("peermem-rs {version} loaded [{params}]: {stats}"),
+        if r.name == "peermem_rs" {
+            format!("peermem-rs {version} loaded [{params}]: {stats}")
+        } else {
+            format!(
+                "peermem-rs {version} loaded as {} [{params}]: {stats}",
+                r.name
+            )
+        },
         None,
     )];
     let failures: Vec<String> = r

@@ -25,7 +25,9 @@ ACS settings live in PCIe extended config space, which sysfs shows to root only.
 It judges every GPU/NIC pair: the PCIe path between them (PIX, PXB, PHB, NODE, SYS as in
 `nvidia-smi topo -m`), ACS redirection on the bridges in between, the IOMMU mode of the NIC, the GPU
 model, the NVIDIA kernel module and its flavour (open or proprietary), the peer-memory host
-(MLNX_OFED/DOCA-OFED ib_core) and the GPU peer-memory client (nv_mem). Every problem comes with a fix.
+(MLNX_OFED/DOCA-OFED ib_core), the GPU peer-memory client (nv_mem), and whether NCCL, UCX, NVSHMEM
+and UCC will find that client (on kernels without memory_peers, only under the name nvidia_peermem).
+Every problem comes with a fix.
 
 Options:
   --root DIR, --sysfs-root DIR

@@ -192,11 +192,19 @@ pub struct Module {
 
 #[derive(Clone, Debug)]
 pub struct PeerMem {
+    /// /sys/kernel/mm/memory_peers exists: the host exports its clients there, which
+    /// MLNX_OFED/DOCA-OFED does only on kernels that export mm_kobj (before 6.6).
     pub memory_peers: bool,
     pub symbol: Symbol,
     pub clients: Vec<Client>,
+    /// peermem-rs under its own name.
     pub peermem_rs: Option<Module>,
+    /// NVIDIA's nvidia-peermem, or peermem-rs built as its drop-in (which has a statistics file).
     pub nvidia_peermem: Option<Module>,
+    /// /sys/module/nv_peer_mem/version: Mellanox's old module, which UCX and UCC also accept.
+    pub nv_peer_mem: bool,
+    /// debugfs is mounted and readable here: a module without a statistics file has none.
+    pub debugfs_readable: bool,
 }
 
 pub fn find_symbol(kallsyms: impl BufRead, symbol: &str) -> Symbol {
@@ -285,12 +293,16 @@ pub fn probe_peer_mem(fs: &Fs) -> PeerMem {
         "/sys/kernel/debug/peermem_rs/stats".to_string(),
         "/sys/module/peermem_rs/stats".to_string(),
     ];
+    // The drop-in keeps its statistics under its module's name; NVIDIA's module has none.
+    let dropin_stats = ["/sys/kernel/debug/nvidia_peermem/stats".to_string()];
     PeerMem {
         memory_peers: fs.is_dir(MEMORY_PEERS),
         symbol,
         clients,
         peermem_rs: probe_module(fs, "peermem_rs", &rs_stats),
-        nvidia_peermem: probe_module(fs, "nvidia_peermem", &[]),
+        nvidia_peermem: probe_module(fs, "nvidia_peermem", &dropin_stats),
+        nv_peer_mem: fs.read("/sys/module/nv_peer_mem/version").is_some(),
+        debugfs_readable: !fs.list("/sys/kernel/debug").is_empty(),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use crate::doctor::{Finding, Pair, Report, Severity, Verdict};
+use crate::doctor::{self, Finding, Pair, Report, Severity, Verdict};
 use crate::json::Json;
 use crate::models::Arch;
 use crate::pci::{Acs, PciDev};
@@ -441,6 +441,27 @@ pub fn json(r: &Report) -> String {
             )
             .with("peermem_rs", module(&pm.peermem_rs))
             .with("nvidia_peermem", module(&pm.nvidia_peermem))
+            .with(
+                "nvidia_peermem_is",
+                r.driver
+                    .as_ref()
+                    .and_then(|d| doctor::nvidia_peermem_is(pm, d))
+                    .map(|n| n.key()),
+            )
+            .with(
+                "applications",
+                Json::Arr(
+                    doctor::app_checks(pm)
+                        .into_iter()
+                        .map(|(name, path)| {
+                            Json::obj()
+                                .with("name", name)
+                                .with("found", path.is_some())
+                                .with("path", path)
+                        })
+                        .collect(),
+                ),
+            )
     });
     let iommu = Json::obj()
         .with("units", r.iommu.units.clone())

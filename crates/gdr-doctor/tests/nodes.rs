@@ -115,10 +115,30 @@ fn dgx_h100_every_gpu_has_a_pix_nic() {
             "driver-open",
             "peer-memory-host",
             "client-registered",
+            "applications",
             "peermem-rs",
             "iommu"
         ]
     );
+    // A host with memory_peers: every GPUDirect RDMA user finds nv_mem there, except NCCL's
+    // GPU-initiated networking, which looks only for /sys/module/nvidia_peermem.
+    let apps = find(&r["node_findings"], "applications");
+    assert_eq!(apps["severity"], "note");
+    assert!(
+        apps["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("that do not: NCCL GIN GDAKI (>= 2.29.7)"),
+        "{apps}"
+    );
+    assert!(apps["fix"].as_str().unwrap().contains("DROPIN=1"), "{apps}");
+    let found: Vec<bool> = pm["applications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["found"].as_bool().unwrap())
+        .collect();
+    assert_eq!(found, [true, false, true, true, true, true]);
     assert_eq!(r["nics"][0]["iommu_domain"], "identity");
 }
 
@@ -192,18 +212,80 @@ fn dgx_h100_without_a_peer_memory_host() {
         codes(&pair(&r, "gpu0", "mlx5_0")["reasons"]).contains(&"no-peer-memory-host".to_string())
     );
 
-    // The ib_uverbs variant of the host: no sysfs directory, only the symbol.
+    // A host without memory_peers (MLNX_OFED on a kernel that does not export mm_kobj, 6.6 and
+    // later; or the ib_uverbs variant): only the symbol. peermem_rs is loaded and registered, but
+    // no GPUDirect RDMA user looks for it there: slow (they fall back to DMA-BUF or host memory).
     fx.write(
         "/proc/kallsyms",
-        "0000000000000000 T ib_register_peer_memory_client\t[ib_uverbs]\n",
+        "0000000000000000 T ib_register_peer_memory_client\t[ib_core]\n",
     );
     let (status, r) = fx.json(&[]);
-    assert_eq!(status, 0);
+    assert_eq!(status, 1);
     assert!(
         node_codes(&r).contains(&"client-loaded".to_string()),
         "{:?}",
         node_codes(&r)
     );
+    let f = find(&r["node_findings"], "client-invisible");
+    assert_eq!(f["severity"], "slow");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("loaded under its own name, peermem_rs"),
+        "{f}"
+    );
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .contains("make dkms-install DROPIN=1"),
+        "{f}"
+    );
+    assert!(codes(&pair(&r, "gpu0", "mlx5_0")["reasons"]).contains(&"client-invisible".to_string()));
+
+    // The drop-in instead: found by every current release; only the older ones, which look only
+    // for memory_peers, do not (a note).
+    let stats = fx.read("/sys/kernel/debug/peermem_rs/stats");
+    fx.remove("/sys/module/peermem_rs");
+    fx.remove("/sys/kernel/debug/peermem_rs");
+    fx.write("/sys/module/nvidia_peermem/version", "0.1.0\n");
+    fx.write(
+        "/sys/module/nvidia_peermem/parameters/persistent_api_support",
+        "1\n",
+    );
+    fx.write("/sys/kernel/debug/nvidia_peermem/stats", &stats);
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0, "{:?}", node_codes(&r));
+    assert_eq!(r["peer_memory"]["nvidia_peermem_is"], "peermem-rs");
+    let apps = find(&r["node_findings"], "applications");
+    assert_eq!(apps["severity"], "note");
+    let msg = apps["message"].as_str().unwrap();
+    assert!(
+        msg.contains("NCCL >= 2.23.4 (module/nvidia_peermem)")
+            && msg.contains("NCCL GIN GDAKI (>= 2.29.7) (module/nvidia_peermem)")
+            && msg.ends_with("that do not: NCCL <= 2.22, UCX <= 1.17, NVSHMEM < 3.3.9"),
+        "{msg}"
+    );
+    let rs = find(&r["node_findings"], "peermem-rs");
+    assert!(
+        rs["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("peermem-rs 0.1.0 loaded as nvidia_peermem"),
+        "{rs}"
+    );
+
+    // NVIDIA's nvidia-peermem: no statistics, the driver's version. Found by the same checks.
+    fx.remove("/sys/kernel/debug/nvidia_peermem");
+    fx.write(
+        "/sys/module/nvidia_peermem/version",
+        fx.read("/sys/module/nvidia/version"),
+    );
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0, "{:?}", node_codes(&r));
+    assert_eq!(r["peer_memory"]["nvidia_peermem_is"], "nvidia");
+    assert!(!node_codes(&r).contains(&"peermem-rs".to_string()));
 
     // Nothing to tell: the kernel's symbols are not readable.
     fx.remove("/proc/kallsyms");
@@ -234,7 +316,10 @@ fn dgx_h100_client_problems() {
     let (status, r) = fx.json(&[]);
     assert_eq!(status, 2);
     let f = find(&r["node_findings"], "no-peer-memory-client");
-    assert_eq!(f["fix"], "modprobe peermem_rs (or NVIDIA's nvidia-peermem)");
+    assert_eq!(
+        f["fix"],
+        "install peermem-rs as the drop-in nvidia-peermem (make dkms-install DROPIN=1) and modprobe nvidia-peermem; or NVIDIA's nvidia-peermem"
+    );
     assert!(!node_codes(&r).contains(&"peermem-rs".to_string()));
 }
 

@@ -233,11 +233,16 @@ static long long delta(const char *key)
 
 /* ---- scenarios ---- */
 
+/* Is @name in @list? An entry ending in '*' stands for every name it begins. */
 static int listed(const char *const *list, int n, const char *name)
 {
-	for (int i = 0; i < n; i++)
-		if (!strcmp(list[i], name))
+	for (int i = 0; i < n; i++) {
+		size_t len = strlen(list[i]);
+
+		if (len && list[i][len - 1] == '*' ? !strncmp(list[i], name, len - 1) :
+						    !strcmp(list[i], name))
 			return 1;
+	}
 	return 0;
 }
 
@@ -338,6 +343,20 @@ static void must_load(const char *ko, const char *params)
 
 	if (ret)
 		die(ko, ret);
+}
+
+/*
+ * The peer-memory host with @params after those of the run: $CONFORMANCE_HOST, which
+ * conformance.sh sets to the host of current kernels (sysfs=0: no memory_peers, a second client
+ * of a name accepted) or of kernels before 6.6 (sysfs=1).
+ */
+static void load_host(const char *params)
+{
+	const char *host = getenv("CONFORMANCE_HOST");
+	char p[256];
+
+	snprintf(p, sizeof(p), "%s %s", host ? host : "", params);
+	must_load(HOST_KO, p);
 }
 
 static void open_fds(void)
@@ -562,6 +581,31 @@ static void name_taken(const char *name, const char *taken, const char *desc)
 	if (target_loaded())
 		mod_unload_wait(target.name);
 	ob_rc("rmmod_other_client", mod_unload_wait(CLIENT_MOD));
+	end();
+}
+
+/*
+ * Another module that registers nv_mem is loaded: peermem-rs (its persistent_api_support=0, the
+ * two clients 550 has) when the target is NVIDIA's module, NVIDIA's when it is peermem-rs. A host
+ * with memory_peers refuses the second nv_mem; one without accepts it.
+ */
+static void name_taken_by_module(const char *name, const char *desc)
+{
+	int rs = !strcmp(target.name, "peermem_rs");
+	const char *ko = rs ? "nvidia-peermem.ko" : "peermem_rs.ko";
+	const char *mod = rs ? "nvidia_peermem" : "peermem_rs";
+	int rc;
+
+	if (!begin(name, desc))
+		return;
+	must_load(ko, rs ? "" : "persistent_api_support=0");
+	rc = load_target(NULL);
+	ob_rc("insmod", rc);
+	ob("loaded", "%d", target_loaded());
+	ob_clients("clients");
+	if (target_loaded())
+		mod_unload_wait(target.name);
+	ob_rc("rmmod_other_module", mod_unload_wait(mod));
 	end();
 }
 
@@ -1141,7 +1185,7 @@ static void part_switch(void)
 		die("cleaning up", EBUSY);
 	must_load(STANDIN_KO, "");
 	scenario_load_without_host();
-	must_load(HOST_KO, "");
+	load_host("");
 	bad_param("load.bad_param.peerdirect_support_2", "peerdirect_support=2",
 		  "peerdirect_support=2_(only_0_and_1_exist)");
 	bad_param("load.bad_param.peerdirect_support_negative", "peerdirect_support=-1",
@@ -1154,6 +1198,8 @@ static void part_switch(void)
 		   "another_client_already_registered_as_nv_mem");
 	name_taken("load.name_taken.nv_mem_nc", "nv_mem_nc",
 		   "another_client_already_registered_as_nv_mem_nc");
+	name_taken_by_module("load.name_taken.by_module",
+			     "the_other_of_nvidia-peermem_and_peermem-rs_already_loaded");
 	scenario_load("load", NULL, "load_with_nvidia-peermem_550's_configuration_on_an_MLNX_OFED_5.x_host");
 	open_fds();
 
@@ -1206,7 +1252,7 @@ static void part_switch(void)
 	/* A host that knows nothing of "ex" clients (MLNX_OFED 4.9). */
 	if (mod_unload_wait(HOST_MOD))
 		die("unloading the host", EBUSY);
-	must_load(HOST_KO, "ex_support=0");
+	load_host("ex_support=0");
 	scenario_load("host_4_9.load", NULL, "an_MLNX_OFED_4.9_host_(no_ex_clients)");
 	open_fds();
 	free_while_registered("host_4_9.free.invalidating", "cudaFree_while_registered_on_a_4.9_host:_it_unmaps_inside_the_invalidation",
@@ -1227,7 +1273,7 @@ static void part_split(void)
 		die("cleaning up", EBUSY);
 	/* Only a 580+ driver on a chipset flagged unable to do P2P refuses this topology. */
 	must_load(STANDIN_KO, "generation=580 p2p_unsupported_chipset=1");
-	must_load(HOST_KO, "");
+	load_host("");
 	scenario_load("load", NULL, "load_(GPU_and_NIC_on_different_root_ports)");
 	open_fds();
 	if (begin("topology.refused", "GPU_and_NIC_meet_only_at_the_root_complex:_the_driver_refuses_peer-to-peer_DMA")) {

@@ -6,7 +6,13 @@
 # freshly loaded stand-ins each time. Every observation that differs must be listed in
 # `differences` with its reason and the README entry that documents it; anything else fails.
 #
-#   conformance.sh              the scenarios of this VM variant (PEERMEM_VARIANT: switch or split)
+#   conformance.sh              the scenarios of this VM variant (PEERMEM_VARIANT: switch or split),
+#                               on the peer-memory host of current kernels (sysfs=0: no
+#                               memory_peers, a second client of a name accepted)
+#   conformance.sh --memory-peers  on the host of kernels before 6.6 (sysfs=1), the scenarios where
+#                               it shows more: the names it refuses, the memory_peers directories
+#                               and the statistics of registrations and invalidations
+#                               (conformance_memory_peers.sh)
 #   conformance.sh --findings   only the scenarios that make nvidia-peermem splat (never in make
 #                               check: tests/selftests/conformance/findings.py boots a VM for them)
 #
@@ -16,7 +22,19 @@ cd "$(dirname "$0")" || exit 1
 variant=${PEERMEM_VARIANT:-switch}
 mods=${PEERMEM_MODULES:-/payload/modules}
 findings=0
+memory_peers=0
 [ "${1:-}" = "--findings" ] && findings=1
+[ "${1:-}" = "--memory-peers" ] && memory_peers=1
+# The scenarios of the --memory-peers run (a trailing * stands for every name it begins): loading
+# and names, registrations whose memory_peers page and byte counts are partial (an unaligned range,
+# a whole allocation, a persistent one), invalidations, unloading, and the legacy and 4.9 hosts.
+# Those left out are the client's own decisions (refusals, driver errors, ranges, processes), which
+# the host's sysfs does not change and whose statistics only repeat the return codes already
+# compared.
+MEMORY_PEERS_SCENARIOS="load.bad_param.persistent_api_support_2 load.name_taken.* load
+	reg.invalidating.odd_offset_and_length reg.invalidating.whole_allocation
+	reg.persistent.offset_10_3_pages free.invalidating free.persistent free.races_deregistration
+	rmmod.* legacy.* host_4_9.*"
 
 case $variant in
 switch | split) part=$variant ;;
@@ -38,6 +56,16 @@ out=/results
 [ -d "$out" ] && [ -w "$out" ] || out=${TMPDIR:-/tmp}
 name=conformance-$variant
 [ $findings = 1 ] && name=conformance-findings
+export CONFORMANCE_HOST=sysfs=0
+if [ $memory_peers = 1 ]; then
+	if [ "$variant" != switch ]; then
+		echo "TAP version 13"
+		echo "1..0 # SKIP the memory_peers host runs in the switch variant only (topology is not its business)"
+		exit 4
+	fi
+	CONFORMANCE_HOST=sysfs=1
+	name=conformance-$variant-memory_peers
+fi
 
 # Scenarios that make nvidia-peermem splat are left out of its run here (the runner fails a boot
 # on any splat); the findings run does only those, against both modules.
@@ -50,16 +78,26 @@ if [ $findings = 1 ]; then
 	rs_args=$only
 else
 	nv_args=$(awk '$1 == "finding" && $3 == "nvidia_peermem" { printf " --skip %s", $2 }' differences)
+	if [ $memory_peers = 1 ]; then
+		set -f
+		for s in $MEMORY_PEERS_SCENARIOS; do
+			nv_args="$nv_args --only $s"
+			rs_args="$rs_args --only $s"
+		done
+		set +f
+	fi
 fi
 
 start=$(cut -d' ' -f1 /proc/uptime)
 echo "conformance: $name against nvidia_peermem" > /dev/kmsg
+set -f	# the arguments hold scenario patterns, for conformance, not the shell
 ./conformance nvidia_peermem $part $nv_args > "$out/$name-nvidia_peermem.obs" 2> "$out/$name-nvidia_peermem.err"
 rca=$?
 mid=$(cut -d' ' -f1 /proc/uptime)
 echo "conformance: $name against peermem_rs" > /dev/kmsg
 ./conformance peermem_rs $part $rs_args > "$out/$name-peermem_rs.obs" 2> "$out/$name-peermem_rs.err"
 rcb=$?
+set +f
 stop=$(cut -d' ' -f1 /proc/uptime)
 
 awk -f compare.awk -v variant="$variant" -v report="$out/$name.md" -v rca=$rca -v rcb=$rcb \

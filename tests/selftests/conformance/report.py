@@ -23,9 +23,9 @@ REPO = HERE.parents[2]
 BUILD = REPO / ".build"
 
 
-def newest(variant):
-    """The newest results directory of a boot of `variant` that ran the conformance test."""
-    found = sorted(BUILD.glob(f"run-*/results/{variant}/conformance-{variant}.md"))
+def newest(variant, name):
+    """The newest results directory of a boot of `variant` that ran the conformance test `name`."""
+    found = sorted(BUILD.glob(f"run-*/results/{variant}/{name}.md"))
     return found[-1].parent if found else None
 
 
@@ -37,11 +37,11 @@ def guest_seconds(results):
     return (float(up.group(1)) if up else None, float(done.group(1)) if done else None)
 
 
-def conformance_window(results):
+def conformance_window(results, test):
     """Seconds of guest time between the start of the conformance test and its end (kernel log)."""
     dmesg = (results / "dmesg").read_text(errors="replace") if (results / "dmesg").exists() else ""
-    b = re.search(r"\[\s*([\d.]+)\] peermem-ksft: begin conformance/conformance.sh", dmesg)
-    e = re.search(r"\[\s*([\d.]+)\] peermem-ksft: end conformance/conformance.sh rc=(\d+)", dmesg)
+    b = re.search(rf"\[\s*([\d.]+)\] peermem-ksft: begin conformance/{test}", dmesg)
+    e = re.search(rf"\[\s*([\d.]+)\] peermem-ksft: end conformance/{test} rc=(\d+)", dmesg)
     if not b or not e:
         return None, None
     return float(e.group(1)) - float(b.group(1)), int(e.group(2))
@@ -65,17 +65,24 @@ def main():
     ok = True
     parts = []
     dirs = []
-    for variant in ("switch", "split"):
-        d = newest(variant)
+    # (VM variant, the test's report, the test, the section's title): the host of current kernels
+    # (no memory_peers) in both topologies, and the host of kernels before 6.6 where it matters.
+    for variant, name, test, title in (
+            ("switch", "conformance-switch", "conformance.sh", "VM variant `switch`"),
+            ("split", "conformance-split", "conformance.sh", "VM variant `split`"),
+            ("switch", "conformance-switch-memory_peers", "conformance_memory_peers.sh",
+             "VM variant `switch`, a host with memory_peers (kernels before 6.6)")):
+        d = newest(variant, name)
         if d is None:
-            parts.append(f"## VM variant `{variant}`\n\n**No run of this variant found** "
-                         f"(`tests/run_tests.py --no-cargo --variants {variant} --tests conformance.sh`).\n")
+            parts.append(f"## {title}\n\n**No run of this found** "
+                         f"(`tests/run_tests.py --no-cargo --variants {variant} --tests {test}`).\n")
             ok = False
             continue
-        dirs.append(d)
+        if d not in dirs:
+            dirs.append(d)
         up, done = guest_seconds(d)
-        window, rc = conformance_window(d)
-        summary = (d / f"conformance-{variant}.md.summary").read_text().strip().splitlines()
+        window, rc = conformance_window(d, test)
+        summary = (d / f"{name}.md.summary").read_text().strip().splitlines()
         durations = next((s.lstrip("# ").strip() for s in summary if "durations" in s), "")
         head = [f"From `{d.relative_to(REPO)}`. The boot reached userspace after {up} s and ended "
                 f"after {done} s (guest uptime); the conformance test took "
@@ -86,9 +93,9 @@ def main():
         if rc not in (0, None):
             ok = False
             head.append(f" **The test failed (exit {rc}).**")
-        body = (d / f"conformance-{variant}.md").read_text()
+        body = (d / f"{name}.md").read_text()
         body = body.replace(f"## VM variant `{variant}`\n", "")
-        parts.append(f"## VM variant `{variant}`\n\n{''.join(head)}\n{body}")
+        parts.append(f"## {title}\n\n{''.join(head)}\n{body}")
 
     fdir = BUILD / "conformance-findings"
     if (fdir / "findings.md").exists():
@@ -140,7 +147,13 @@ no counterpart in 550 and is covered by the peermem selftests instead. Both run 
 **Not compared by design**: peermem-rs's debugfs statistics and its explanation lines in the kernel
 log (nvidia-peermem has neither), and module names and version strings.
 
-Regenerate: `tests/run_tests.py --no-cargo --variants switch,split --tests conformance.sh`, then
+**Two peer-memory hosts.** The scenarios run on the host of the kernels GPU nodes run today (no
+`memory_peers`: Linux 6.6 and later do not export `mm_kobj`, and MLNX_OFED/DOCA-OFED then creates
+no sysfs directory and accepts a second client of the same name), and again, those where it shows
+something more, on the host of kernels before 6.6 (`memory_peers` statistics, duplicate names
+refused by the host).
+
+Regenerate: `tests/run_tests.py --no-cargo --variants switch,split --tests conformance.sh,conformance_memory_peers.sh`, then
 `tests/selftests/conformance/findings.py`, then `tests/selftests/conformance/report.py`.
 
 {chr(10).join(parts)}

@@ -66,7 +66,7 @@ codes=""
 [ $layout = switch ] && [ $iommu = off ] && want=0
 ktap_print_msg "GPU stand-in $gpu, NIC stand-in $nic: layout $layout ($link), IOMMU $iommu: expecting exit $want"
 
-ktap_set_plan 6
+ktap_set_plan 7
 
 "$doctor" > "$out" 2>&1
 rc=$?
@@ -101,42 +101,47 @@ rc=$?
 check "full check with whatever is loaded gives a verdict (exit $rc)" \
 	sh -c "[ $rc -le 2 ] && grep -q '^Verdict: ' '$out'"
 
-# With the stand-ins of nvidia.ko and the peer-memory host, and peermem_rs registered as nv_mem, the
-# software side is complete and the verdict is the hardware's.
-stack() {
-	# By exact name: the payload also holds NVIDIA's nvidia-peermem.ko, which needs the host first.
-	nv_ko=$PEERMEM_MODULES/nvidia_p2p_standin.ko
-	host_ko=$PEERMEM_MODULES/peer_mem_host.ko
-	rs_ko=$PEERMEM_MODULES/peermem_rs.ko
-	if [ ! -f "$nv_ko" ] || [ ! -f "$host_ko" ] || [ ! -f "$rs_ko" ]; then
-		ktap_test_skip "with the stand-ins and peermem_rs loaded: modules not in $PEERMEM_MODULES"
-		return
-	fi
+# With the stand-ins of nvidia.ko and the peer-memory host (the default one: that of current kernels,
+# without memory_peers) and peermem-rs registered as nv_mem: as the drop-in nvidia_peermem the
+# software side is complete and the verdict is the hardware's; as peermem_rs, GPUDirect RDMA users
+# cannot find it on such a host, which gdr-doctor must say (client-invisible, slow).
+# stack_up KO NAME: load the stand-ins and KO (module NAME); fails if that cannot be done.
+stack_up() {
 	loaded=""
-	for ko in "$nv_ko" "$host_ko" "$rs_ko"; do
-		m=$(basename "$ko" .ko | tr - _)
-		grep -q "^$m " /proc/modules && continue
-		if ! insmod "$ko"; then
-			# The modules are there: failing to load them is a failure, not a reason to skip.
-			ktap_test_fail "with the stand-ins and peermem_rs loaded: insmod $m failed"
-			for u in $loaded; do rmmod "$u"; done
-			return
-		fi
-		loaded="$m $loaded"
-	done
-	nv_mod=$(basename "$nv_ko" .ko | tr - _)
-	if [ ! -d /sys/kernel/mm/memory_peers/nv_mem ]; then
-		ktap_test_fail "with the stand-ins and peermem_rs loaded: peermem_rs registered no nv_mem client"
-	else
-		# shellcheck disable=SC2086
-		"$doctor" --nvidia-module "$nv_mod" $declare > "$out" 2>&1
-		rc=$?
-		show "$out"
-		check "with the stand-ins and peermem_rs loaded (exit $rc, want $want)" [ "$rc" = "$want" ]
-	fi
-	for u in $loaded; do rmmod "$u"; done
+	insmod "$PEERMEM_MODULES/nvidia_p2p_standin.ko" || return 1
+	loaded="nvidia_p2p_standin"
+	insmod "$PEERMEM_MODULES/peer_mem_host.ko" sysfs=0 || return 1
+	loaded="peer_mem_host $loaded"
+	insmod "$1" || return 1
+	loaded="$2 $loaded"
+	# The client is registered: the host stand-in lists it (there is no memory_peers to look in).
+	cut -d' ' -f1 /sys/kernel/debug/peer_mem_host/clients | grep -qx nv_mem
 }
-stack
+stack_down() {
+	for u in $loaded; do rmmod "$u"; done
+	loaded=""
+}
+nv_mod=nvidia_p2p_standin
+if stack_up "$PEERMEM_MODULES/dropin/nvidia-peermem.ko" nvidia_peermem; then
+	# shellcheck disable=SC2086
+	"$doctor" --nvidia-module "$nv_mod" $declare > "$out" 2>&1
+	rc=$?
+	show "$out"
+	check "with the stand-ins and the drop-in nvidia_peermem loaded (exit $rc, want $want)" [ "$rc" = "$want" ]
+else
+	ktap_test_fail "with the stand-ins and the drop-in loaded: the modules did not load and register nv_mem"
+fi
+stack_down
+if stack_up "$PEERMEM_MODULES/peermem_rs.ko" peermem_rs; then
+	# shellcheck disable=SC2086
+	"$doctor" --json --nvidia-module "$nv_mod" $declare > "$out" 2>&1
+	rc=$?
+	check "with peermem_rs on a host without memory_peers: applications will not find it (client-invisible, exit $rc)" \
+		sh -c "grep -q '\"code\": \"client-invisible\"' '$out' && [ $rc -ge 1 ]"
+else
+	ktap_test_fail "with the stand-ins and peermem_rs loaded: the modules did not load and register nv_mem"
+fi
+stack_down
 
 rm -f "$out"
 ktap_finished

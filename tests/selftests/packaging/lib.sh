@@ -6,11 +6,12 @@ PEERMEM_MODULES=${PEERMEM_MODULES:-/payload/modules}
 # What the host-side packaging tests left: the DKMS-installed module, the proprietary stub, the version.
 PKG=$PEERMEM_MODULES/packaging
 DKMS_KO=$PKG/dkms/peermem_rs.ko
+DKMS_DROPIN=$PKG/dkms/nvidia-peermem.ko
 EXPLAIN=$(dirname "$0")/peermem-rs-explain
 
 # need_payload: skip the whole test when the host-side packaging tests did not run.
 need_payload() {
-	for f in "$DKMS_KO" "$PKG/nvidia.ko" "$PKG/VERSION"; do
+	for f in "$DKMS_KO" "$DKMS_DROPIN" "$PKG/nvidia.ko" "$PKG/VERSION"; do
 		if [ ! -f "$f" ]; then
 			ktap_skip_all "no $f: the host-side packaging tests (tests/packaging/host_tests.sh) did not run"
 			exit "$KSFT_SKIP"
@@ -47,10 +48,10 @@ kmsg_since() {
 	dmesg | sed -n "/$1/,\$p" | grep -q -- "$2"
 }
 
-# run_explain: runs peermem-rs-explain into /tmp/explain.out, shows it as KTAP comments, and leaves
-# its exit status in $explain_rc.
+# run_explain [MODULE]: runs peermem-rs-explain into /tmp/explain.out, shows it as KTAP comments,
+# and leaves its exit status in $explain_rc.
 run_explain() {
-	"$EXPLAIN" > /tmp/explain.out
+	"$EXPLAIN" "$@" > /tmp/explain.out
 	explain_rc=$?
 	sed 's/^/# /' /tmp/explain.out
 }

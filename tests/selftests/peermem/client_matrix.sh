@@ -2,14 +2,21 @@
 # SPDX-License-Identifier: GPL-2.0
 # Runs client_test once per combination of
 #   persistent_api_support {0,1} x peerdirect_support {0,1} x page-table layout {1.2, 2.0}
-# (the VM variant adds IOMMU on/off), loading the stand-ins and peermem_rs fresh for each. Every
-# combination is one KTAP test whose subtests are client_test's. In the "split" variant (GPU and NIC
-# under different root ports) only the topology refusal applies, so one combination runs it.
+# loading the stand-ins and peermem_rs fresh for each. Every combination is one KTAP test whose
+# subtests are client_test's. The VM variant adds two more dimensions, paired: in "switch" the IOMMU
+# is off and the peer-memory host is the default one, that of current kernels (no memory_peers); in
+# "switch-iommu" the IOMMU translates and the host has memory_peers (sysfs=1, kernels before 6.6).
+# Each combination thus runs on both hosts without a third boot: the host's sysfs changes only how
+# clients are named and counted, the IOMMU only the DMA addresses, and neither depends on the other.
+# In the "split" variant (GPU and NIC under different root ports) only the topology refusal applies,
+# so one combination runs it, on the host of current kernels.
 . "$(dirname "$0")/../kselftest/ktap_helpers.sh"
 . "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")"
 
 ko=$PEERMEM_MODULES/peermem_rs.ko
+host=sysfs=0
+[ "${PEERMEM_VARIANT:-}" = switch-iommu ] && host=sysfs=1
 combos=""
 nv_params=""
 if [ "${PEERMEM_VARIANT:-}" = split ]; then
@@ -34,8 +41,8 @@ ktap_set_plan $(echo $combos | wc -w)
 for c in $combos; do
 	pas=${c%%:*}; rest=${c#*:}; pds=${rest%%:*}; ptv=${rest#*:}
 	[ "$ptv" = 0x00020000 ] && layout=2.0 || layout=1.2
-	desc="persistent_api_support=$pas peerdirect_support=$pds page_table=$layout"
-	if ! unload_all || ! load_standins $nv_params page_table_version=$ptv ||
+	desc="persistent_api_support=$pas peerdirect_support=$pds page_table=$layout host $host"
+	if ! unload_all || ! load_standins $nv_params page_table_version=$ptv -- $host ||
 	   ! insmod "$ko" persistent_api_support=$pas peerdirect_support=$pds; then
 		ktap_test_fail "$desc # cannot load the modules"
 		continue

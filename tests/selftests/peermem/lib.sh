@@ -36,6 +36,29 @@ load_standins() {
 	insmod "$PEERMEM_MODULES/nvidia_p2p_standin.ko" $nv && insmod "$PEERMEM_MODULES/peer_mem_host.ko" "$@"
 }
 
+# not COMMAND...: COMMAND fails.
+not() {
+	! "$@"
+}
+
+# both COMMAND1... -- COMMAND2...: both succeed.
+both() {
+	_first=""
+	while [ $# -gt 0 ] && [ "$1" != "--" ]; do _first="$_first $(printf '%s' "$1" | sed "s/'/'\\\\''/g; s/^/'/; s/\$/'/")"; shift; done
+	shift
+	eval "$_first" && "$@"
+}
+
+# host_clients: the names of the clients the peer-memory host stand-in has registered, in order.
+host_clients() {
+	cut -d' ' -f1 /sys/kernel/debug/peer_mem_host/clients 2>/dev/null
+}
+
+# host_has_clients NAME...: the host has exactly these clients registered (in this order).
+host_has_clients() {
+	[ "$(host_clients | tr '\n' ' ')" = "$* " ]
+}
+
 # kmsg_mark TEXT: a line in the kernel log to search from.
 kmsg_mark() {
 	echo "$1" > /dev/kmsg

@@ -23,10 +23,10 @@ module_param_named(ex_support, pmh_ex_support, int, 0444);
 MODULE_PARM_DESC(ex_support,
 		 "1 (default): an MLNX_OFED 5.x host that honours PEER_MEM_INVALIDATE_UNMAPS of ex clients; 0: a 4.9 host that ignores ex clients and always unmaps inside invalidation");
 
-int pmh_sysfs = 1;
+int pmh_sysfs;
 module_param_named(sysfs, pmh_sysfs, int, 0444);
 MODULE_PARM_DESC(sysfs,
-		 "1 (default): /sys/kernel/mm/memory_peers/<client>/ statistics and duplicate names refused; 0: the variant without sysfs (nor a duplicate check)");
+		 "0 (default): the host of kernels that do not export mm_kobj (6.6 and later; also the ib_uverbs variant): no memory_peers, duplicate names accepted; 1: the host before 6.6: /sys/kernel/mm/memory_peers/<client>/ statistics and duplicate names refused");
 
 int pmh_page_size_before_dma_map;
 module_param_named(page_size_before_dma_map, pmh_page_size_before_dma_map, int, 0444);
