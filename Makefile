@@ -7,6 +7,8 @@
 #   make           build peermem_rs.ko against the test kernel
 #   make DROPIN=1  build the drop-in, nvidia-peermem.ko (module nvidia_peermem), instead
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
+#   make races     every race window against peermem-rs and NVIDIA's nvidia-peermem, crashes and
+#                  deadlocks included (a boot per crash; not part of make check): docs/race-windows.md
 #
 # On a GPU node (see "Installing on GPU nodes" in README.md):
 #   make KDIR=/lib/modules/$(uname -r)/build     build for a real kernel; packaging/configure.sh finds
@@ -80,7 +82,7 @@ MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_
 endif
 endif
 
-.PHONY: all module standins setup kernel check demo vm-shell cargo-test clean \
+.PHONY: all module standins setup kernel check demo vm-shell races cargo-test clean \
 	install modules_install uninstall install-support uninstall-support \
 	dkms-source dkms-install dkms-uninstall
 
@@ -128,6 +130,10 @@ demo: setup
 
 vm-shell: setup
 	@$(REPO)/tests/run_tests.py --shell
+
+races: setup
+	@$(REPO)/tests/run_tests.py --build-only
+	@$(REPO)/tests/selftests/races/windows.py --write-doc
 
 cargo-test:
 	cargo test --workspace

@@ -774,3 +774,31 @@ fn step_ctx(w: &mut World, tid: Tid, f: Frame, range: GpuRange) -> Option<()> {
     }
     Some(())
 }
+
+/// What the previous client's code does at `f`, for traces.
+pub fn describe(f: &Frame) -> &'static str {
+    match (f.entry, f.pc) {
+        (Entry::Acquire, 0) => "acquire: pin to probe",
+        (Entry::Acquire, _) => "acquire: create the registration",
+        (Entry::GetPages, 0) => "get_pages: lock, begin_get_pages, Arc::into_raw for the driver, call nvidia_p2p_get_pages",
+        (Entry::GetPages, _) => "get_pages: lock, finish_get_pages, read the page table",
+        (Entry::DmaMap, 0) => "dma_map: lock, begin_dma_map; unlock; call nvidia_p2p_dma_map_pages on N's table",
+        (Entry::DmaMap, _) => "dma_map: lock, finish_dma_map, read the mapping",
+        (Entry::DmaUnmap, 0) => "dma_unmap: lock, begin_dma_unmap; unlock; call nvidia_p2p_dma_unmap_pages",
+        (Entry::DmaUnmap, _) => "dma_unmap: lock, finish_dma_unmap",
+        (Entry::PutPages, 0) => "put_pages: lock, begin_put_pages",
+        (Entry::PutPages, 1) => "put_pages: after the unmap",
+        (Entry::PutPages, 2) => "put_pages: call nvidia_p2p_put_pages",
+        (Entry::PutPages, _) => "put_pages: lock, finish_put_pages: it returned 0, so drop the driver's reference",
+        (Entry::Release, 0) => "release: lock, release()",
+        (Entry::Release, 8) => "release: drop the host's reference",
+        (Entry::Release, 9) => "release: return to the host",
+        (Entry::Release, _) => "release: clean up after the host",
+        (Entry::Callback, 0) => "free callback: lock, begin_callback (a call in flight: skip the invalidation)",
+        (Entry::Callback, 1) => "free callback: the host's invalidate returned",
+        (Entry::Callback, 2) => "free callback: lock, end_callback",
+        (Entry::Callback, 3) => "free callback: drop the driver's reference (and the module's, if last)",
+        (Entry::Callback, _) => "free callback: return to the driver (module code)",
+        (Entry::Work, _) => "(no work item)",
+    }
+}

@@ -1285,7 +1285,25 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 .copied()
                 .unwrap_or("")
             ),
-            Frame::HostDereg { pc, .. } => format!("MLNX deregistration step {pc}"),
+            Frame::HostDereg { pc, .. } => format!(
+                "MLNX deregistration step {pc} ({})",
+                [
+                    "revoke the memory key",
+                    "stop the notifier (mapping lock; legacy: dma_unmap under it, ex: mark unmapped)",
+                    "legacy: put_pages under the mapping lock",
+                    "legacy: drop the mapping lock",
+                    "ex: put_pages after the mapping lock",
+                    "ex: after put_pages",
+                    "ib_peer_umem_release: unmap if still mapped",
+                    "release: put_pages",
+                    "release: unmapped",
+                    "erase the id, call release",
+                    "after release",
+                ]
+                .get(*pc as usize)
+                .copied()
+                .unwrap_or("")
+            ),
             Frame::HostInvalidate(pc) => format!(
                 "MLNX invalidate step {pc} ({})",
                 [
@@ -1311,13 +1329,57 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 .copied()
                 .unwrap_or("")
             ),
-            Frame::Driver { op, pc } => format!("NVIDIA {op:?} step {pc}"),
-            Frame::WorkItem(pc) => format!("workqueue step {pc}"),
-            Frame::Rmmod(pc) => format!("rmmod step {pc}"),
+            Frame::Driver { op, pc } => format!(
+                "NVIDIA {}",
+                match (op, pc) {
+                    (DOp::PinP, _) => "get_pages_persistent (API lock)",
+                    (DOp::PinN, 0) => "get_pages: API-lock section #1 (pin, no callback yet)",
+                    (DOp::PinN, _) => "get_pages: API-lock section #2 (register the callback)",
+                    (DOp::UnpinN, _) => "put_pages (API lock; looks among the caller's pins)",
+                    (DOp::UnpinP, _) => "put_pages_persistent (API lock)",
+                    (DOp::Map(_), 0) => "dma_map_pages: read the page table (no lock)",
+                    (DOp::Map(_), 1) => "dma_map_pages: map under the API lock",
+                    (DOp::Map(_), _) => "dma_map_pages: down() the pin's semaphore, link the mapping",
+                    (DOp::Unmap(_), _) => "dma_unmap_pages: down() the pin's semaphore, unlink (no API lock)",
+                    (DOp::Barrier, _) => "put_pages of a stale key from a kworker (API lock only)",
+                }
+            ),
+            Frame::WorkItem(pc) => format!(
+                "{}",
+                ["start the work item", "drop the work item's reference", "return to the workqueue core (module code)"]
+                    .get(*pc as usize)
+                    .copied()
+                    .unwrap_or("")
+            ),
+            Frame::Rmmod(pc) => format!(
+                "{}",
+                ["try_stop_module (refused while a module reference is held)", "module exit: wait for the host's users and our queue, then free the module"]
+                    .get(*pc as usize)
+                    .copied()
+                    .unwrap_or("")
+            ),
             Frame::Ours(o) => match o {
                 Ours::Acquire(pc) => format!("peermem-rs acquire step {pc}"),
-                Ours::Run { actor, call, pc } => format!("peermem-rs {actor:?} {call:?}: {pc:?}"),
-                Ours::Before(f) => format!("peermem-rs (before) {f:?}"),
+                Ours::Run { actor, call, pc } => format!(
+                    "peermem-rs {}: {}",
+                    match (actor, call) {
+                        (Actor::Host, Some(HostCall::GetPages { .. })) => "get_pages",
+                        (Actor::Host, Some(HostCall::DmaMap)) => "dma_map",
+                        (Actor::Host, Some(HostCall::DmaUnmap)) => "dma_unmap",
+                        (Actor::Host, Some(HostCall::PutPages)) => "put_pages",
+                        (Actor::Host, _) => "release",
+                        (Actor::Callback, _) => "free callback",
+                        (Actor::Work, _) => "work item",
+                    },
+                    match pc {
+                        RunPc::Begin => "begin (lock)".to_string(),
+                        RunPc::Next => "next step (lock)".to_string(),
+                        RunPc::Await(op) => format!("{op:?} returned: done (lock)"),
+                        RunPc::DropHostRef => "drop the host's reference".to_string(),
+                        RunPc::Return(_) => "return".to_string(),
+                    }
+                ),
+                Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
             },
         },
     };

@@ -1,0 +1,592 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Race windows: each test drives cudaFree, process exit, a deregistration from another task or
+ * rmmod into one window of the real providers' protocol, forced with the stand-ins' race points
+ * (a gate holds a task exactly where the real NVIDIA driver or MLNX_OFED host would be between two
+ * steps), and checks what a user and an operator can see afterwards: the registration's answer,
+ * that the memory key was revoked in time, and that nothing is left behind in the host, the
+ * NVIDIA stand-in or the client. The runner (race_matrix.sh) loads one client with one set of
+ * parameters and runs this program; RACE_CLIENT names the client (peermem_rs or nvidia_peermem).
+ * docs/race-windows.md lists every window with what the real sources decide there, and what each
+ * client does in it.
+ *
+ * A kernel splat (KASAN use-after-free, lockdep, a WARN, a hung task) anywhere in a test fails it:
+ * the VM runner attributes the kernel log to the test that was running.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "gpumem.h"
+#include "pmh.h"
+#include "race.h"
+
+#define NV "nvidia_p2p_standin"
+#define HOST "peer_mem_host"
+#define GPU_PAGE NVP2P_GPU_PAGE_SIZE
+#define LEN (2 * GPU_PAGE)
+#define HELD_MS 10000
+
+static const char *client(void)
+{
+	const char *c = getenv("RACE_CLIENT");
+
+	return c && *c ? c : "peermem_rs";
+}
+
+static int ours(void)
+{
+	return !strcmp(client(), "peermem_rs");
+}
+
+static int param(const char *name)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/module/%s/parameters/%s", client(), name);
+	return (int)read_number(path);
+}
+
+/* persistent_api_support=0: the invalidating client nv_mem takes user MRs. */
+static int invalidating(void)
+{
+	return param("persistent_api_support") == 0;
+}
+
+/* The host unmaps inside the invalidation (a legacy client: peerdirect_support=1). */
+static int __attribute__((unused)) legacy(void)
+{
+	return param("peerdirect_support") == 1;
+}
+
+static long long client_stat(const char *key)
+{
+	char buf[4096], *line;
+	size_t klen = strlen(key);
+
+	if (!ours() || read_text("/sys/kernel/debug/peermem_rs/stats", buf, sizeof(buf)))
+		return -1;
+	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if (!strncmp(line, key, klen) && line[klen] == ' ')
+			return strtoll(line + klen + 1, NULL, 10);
+	return -1;
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	usleep(ms * 1000);
+}
+
+static unsigned long long passes(const char *module, const char *point)
+{
+	struct race_info info;
+
+	return race_read(module, point, &info) ? 0 : info.passes;
+}
+
+/* Wait until a task got past @point (@before: the passes counted before it was started). */
+static int wait_passed(const char *module, const char *point, unsigned long long before)
+{
+	for (int i = 0; i < HELD_MS / 10; i++) {
+		if (passes(module, point) > before)
+			return 0;
+		sleep_ms(10);
+	}
+	return -ETIMEDOUT;
+}
+
+/* Everything back to zero: what the fixture's teardown checks, polled (our work item may still
+ * be letting go of a pin when the test's last call returns). */
+static int settled(char *why, size_t len)
+{
+	for (int i = 0; i < 300; i++) {
+		why[0] = '\0';
+		if (pmh_counter("live_mrs") == 0 && !gpu_leaks(why, len) &&
+		    (!ours() || (client_stat("live_registrations") == 0 &&
+				 client_stat("pinned_bytes") == 0)))
+			return 1;
+		sleep_ms(10);
+	}
+	if (!why[0])
+		snprintf(why, len, "live_mrs %lld, live_registrations %lld, pinned_bytes %lld",
+			 pmh_counter("live_mrs"), client_stat("live_registrations"),
+			 client_stat("pinned_bytes"));
+	return 0;
+}
+
+/* A registration made by another thread of this process, so that it can be held at a gate. */
+struct bg_reg {
+	pthread_t thread;
+	int pmh;
+	void *va;
+	size_t len;
+	unsigned int flags;
+	int rc;
+	struct pmh_reg_mr mr;
+};
+
+static void *bg_reg_run(void *arg)
+{
+	struct bg_reg *r = arg;
+
+	r->rc = pmh_reg(r->pmh, r->va, r->len, r->flags, &r->mr);
+	return NULL;
+}
+
+static void bg_reg_start(struct bg_reg *r, int pmh, void *va, size_t len, unsigned int flags)
+{
+	*r = (struct bg_reg){ .pmh = pmh, .va = va, .len = len, .flags = flags };
+	pthread_create(&r->thread, NULL, bg_reg_run, r);
+}
+
+static int bg_reg_join(struct bg_reg *r)
+{
+	pthread_join(r->thread, NULL);
+	return r->rc;
+}
+
+/* Any host call made by another thread. */
+struct bg_call {
+	pthread_t thread;
+	int (*fn)(void *);
+	void *arg;
+	int rc;
+};
+
+static void *bg_call_run(void *arg)
+{
+	struct bg_call *c = arg;
+
+	c->rc = c->fn(c->arg);
+	return NULL;
+}
+
+static void bg_call_start(struct bg_call *c, int (*fn)(void *), void *arg)
+{
+	c->fn = fn;
+	c->arg = arg;
+	pthread_create(&c->thread, NULL, bg_call_run, c);
+}
+
+static int bg_call_join(struct bg_call *c)
+{
+	pthread_join(c->thread, NULL);
+	return c->rc;
+}
+
+struct free_arg {
+	int gpu;
+	__u64 handle;
+};
+
+static int do_free(void *arg)
+{
+	struct free_arg *f = arg;
+
+	return gpu_free(f->gpu, f->handle);
+}
+
+struct dereg_arg {
+	int pmh;
+	__u64 mr;
+};
+
+static int do_dereg(void *arg)
+{
+	struct dereg_arg *d = arg;
+
+	return pmh_dereg(d->pmh, d->mr);
+}
+
+FIXTURE(race) {
+	int gpu;
+	int pmh;
+	__u64 handle;
+	uint8_t *va;
+};
+
+FIXTURE_SETUP(race)
+{
+	race_clear(NV);
+	race_clear(HOST);
+	self->gpu = gpu_open();
+	self->pmh = pmh_open();
+	ASSERT_LE(0, self->gpu) TH_LOG("NVIDIA stand-in not loaded: %s", strerror(-self->gpu));
+	ASSERT_LE(0, self->pmh) TH_LOG("peer-memory host not loaded: %s", strerror(-self->pmh));
+	ASSERT_TRUE(mod_loaded(client())) TH_LOG("%s is not loaded", client());
+	self->va = gpu_alloc(self->gpu, LEN, &self->handle);
+	ASSERT_NE(NULL, self->va);
+}
+
+FIXTURE_TEARDOWN(race)
+{
+	char why[256];
+
+	race_clear(NV);
+	race_clear(HOST);
+	if (self->pmh >= 0)
+		close(self->pmh);
+	/* The allocation, unless the test freed it (its mapping would keep it alive). */
+	if (self->gpu >= 0)
+		gpu_free(self->gpu, self->handle);
+	munmap(self->va, LEN);
+	if (self->gpu >= 0)
+		close(self->gpu);
+	EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("left behind: %s", why);
+}
+
+/* The registration, held by the host right after acquire said "mine" (mapping lock taken), then by
+ * the NVIDIA stand-in at @point of the call that comes next: the registration's own calls, not
+ * acquire's probe. */
+static int hold_registration_at(struct bg_reg *r, int pmh, void *va, const char *point)
+{
+	int ret = race_gate(HOST, "reg.locked", 0);
+
+	if (ret)
+		return ret;
+	bg_reg_start(r, pmh, va, LEN, PMH_REG_WRITE);
+	if (race_wait_held(HOST, "reg.locked", HELD_MS) < 0)
+		return -ETIMEDOUT;
+	ret = race_gate(NV, point, 0);
+	race_open(HOST, "reg.locked");
+	if (ret)
+		return ret;
+	return race_wait_held(NV, point, HELD_MS) < 0 ? -ETIMEDOUT : 0;
+}
+
+/* cudaFree while the registration's get_pages is between the driver's two API-lock sections (the
+ * pin exists, its callback is not registered yet): the driver drops the pin silently, get_pages
+ * fails, and the registration with it. */
+TEST_F(race, free_during_get_pages_before_callback)
+{
+	struct bg_reg r;
+
+	if (!invalidating())
+		SKIP(return, "the persistent client makes no get_pages in the registration");
+	ASSERT_EQ(0, hold_registration_at(&r, self->pmh, self->va, "get_pages.pinned"));
+	ASSERT_EQ(0, gpu_free(self->gpu, self->handle));
+	race_open(NV, "get_pages.pinned");
+	EXPECT_GT(0, bg_reg_join(&r));
+	if (ours()) {
+		EXPECT_EQ(-EFAULT, r.rc) TH_LOG("freed while registering: EFAULT");
+	}
+}
+
+/* cudaFree after get_pages registered the callback, before it returned to the client: the
+ * callback comes while the registration holds the host's mapping lock. */
+TEST_F(race, free_while_get_pages_returns)
+{
+	unsigned long long cb = passes(NV, "teardown.before_callback");
+	struct free_arg f = { self->gpu, self->handle };
+	struct bg_call c;
+	struct bg_reg r;
+
+	if (!invalidating())
+		SKIP(return, "the persistent client makes no get_pages in the registration");
+	ASSERT_EQ(0, hold_registration_at(&r, self->pmh, self->va, "get_pages.return"));
+	bg_call_start(&c, do_free, &f);
+	ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
+	sleep_ms(200);
+	race_open(NV, "get_pages.return");
+	EXPECT_EQ(0, bg_call_join(&c));
+	EXPECT_GT(0, bg_reg_join(&r));
+	if (ours()) {
+		EXPECT_EQ(-EFAULT, r.rc);
+	}
+}
+
+/* cudaFree while dma_map_pages has read the page table and waits for the driver's API lock: the
+ * callback runs with that lock held, with the host's mapping lock held by the registration. */
+static void free_during_dma_map(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
+				const char *point)
+{
+	unsigned long long cb = passes(NV, "teardown.before_callback");
+	struct free_arg f = { self->gpu, self->handle };
+	struct bg_call c;
+	struct bg_reg r;
+
+	race_gate(NV, point, 0);
+	bg_reg_start(&r, self->pmh, self->va, LEN, PMH_REG_WRITE);
+	ASSERT_LT(0, race_wait_held(NV, point, HELD_MS));
+	bg_call_start(&c, do_free, &f);
+	if (invalidating()) {
+		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
+	}
+	sleep_ms(200);
+	race_open(NV, point);
+	EXPECT_EQ(0, bg_call_join(&c));
+	bg_reg_join(&r);
+	if (!invalidating()) {
+		/* Persistent: the memory outlives cudaFree; the registration completes and works. */
+		EXPECT_EQ(0, r.rc);
+		if (!r.rc) {
+			struct pmh_query_mr q;
+
+			ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
+			EXPECT_EQ(PMH_MR_MAPPED, q.state);
+			EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
+		}
+		return;
+	}
+	if (ours()) {
+		/* The memory was freed while dma_map was in flight: refused as such. */
+		EXPECT_EQ(-EFAULT, r.rc);
+	} else if (!r.rc) {
+		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
+	}
+}
+
+TEST_F(race, free_while_dma_map_waits_for_the_api_lock)
+{
+	free_during_dma_map(_metadata, self, "dma_map.read");
+}
+
+TEST_F(race, free_while_dma_map_links_its_mapping)
+{
+	free_during_dma_map(_metadata, self, "dma_map.before_insert");
+}
+
+/* cudaFree between the end of dma_map and the memory key being armed (the host still holds the
+ * mapping lock): the invalidation waits, then revokes the completed registration. */
+TEST_F(race, free_before_the_key_is_armed)
+{
+	unsigned long long cb = passes(NV, "teardown.before_callback");
+	struct free_arg f = { self->gpu, self->handle };
+	struct pmh_query_mr q;
+	struct bg_call c;
+	struct bg_reg r;
+
+	race_gate(HOST, "reg.before_activate", 0);
+	bg_reg_start(&r, self->pmh, self->va, LEN, PMH_REG_WRITE);
+	ASSERT_LT(0, race_wait_held(HOST, "reg.before_activate", HELD_MS));
+	bg_call_start(&c, do_free, &f);
+	if (invalidating()) {
+		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
+	}
+	sleep_ms(200);
+	race_open(HOST, "reg.before_activate");
+	EXPECT_EQ(0, bg_reg_join(&r));
+	EXPECT_EQ(0, bg_call_join(&c));
+	ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
+	EXPECT_EQ(invalidating() ? PMH_MR_INVALIDATED : PMH_MR_MAPPED, q.state);
+	EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
+}
+
+/* cudaFree while the deregistration's dma_unmap_pages is about to take the pin's semaphore. */
+TEST_F(race, free_while_dma_unmap_takes_the_semaphore)
+{
+	unsigned long long cb = passes(NV, "teardown.before_callback");
+	struct free_arg f = { self->gpu, self->handle };
+	struct dereg_arg d = { self->pmh };
+	struct pmh_reg_mr mr;
+	struct bg_call c, dc;
+
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	d.mr = mr.handle;
+	race_gate(NV, "dma_unmap.before_sem", 0);
+	bg_call_start(&dc, do_dereg, &d);
+	ASSERT_LT(0, race_wait_held(NV, "dma_unmap.before_sem", HELD_MS));
+	bg_call_start(&c, do_free, &f);
+	if (invalidating()) {
+		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
+	}
+	sleep_ms(200);
+	race_open(NV, "dma_unmap.before_sem");
+	EXPECT_EQ(0, bg_call_join(&dc));
+	EXPECT_EQ(0, bg_call_join(&c));
+}
+
+/* cudaFree while the deregistration's put_pages waits for the driver's API lock. */
+TEST_F(race, free_while_put_pages_waits_for_the_api_lock)
+{
+	unsigned long long cb = passes(NV, "teardown.before_callback");
+	struct free_arg f = { self->gpu, self->handle };
+	struct dereg_arg d = { self->pmh };
+	const char *point = invalidating() ? "put_pages.before_lock" : "put_pages_persistent.before_lock";
+	struct pmh_reg_mr mr;
+	struct bg_call c, dc;
+
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	d.mr = mr.handle;
+	race_gate(NV, point, 0);
+	bg_call_start(&dc, do_dereg, &d);
+	ASSERT_LT(0, race_wait_held(NV, point, HELD_MS));
+	bg_call_start(&c, do_free, &f);
+	if (invalidating()) {
+		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
+	}
+	sleep_ms(200);
+	race_open(NV, point);
+	EXPECT_EQ(0, bg_call_join(&dc));
+	EXPECT_EQ(0, bg_call_join(&c));
+}
+
+/* A deregistration while the driver's teardown holds its API lock between our callback's return
+ * and its freeing of the pin. */
+TEST_F(race, deregistration_while_the_teardown_frees)
+{
+	unsigned long long cb = passes(NV, "teardown.after_callback");
+	struct free_arg f = { self->gpu, self->handle };
+	struct dereg_arg d = { self->pmh };
+	struct pmh_reg_mr mr;
+	struct bg_call c, dc;
+
+	if (!invalidating())
+		SKIP(return, "no teardown of a persistent pin");
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	d.mr = mr.handle;
+	race_gate(NV, "teardown.after_callback", 0);
+	bg_call_start(&c, do_free, &f);
+	ASSERT_LT(0, race_wait_held(NV, "teardown.after_callback", HELD_MS));
+	(void)cb;
+	bg_call_start(&dc, do_dereg, &d);
+	sleep_ms(300);
+	race_open(NV, "teardown.after_callback");
+	EXPECT_EQ(0, bg_call_join(&c));
+	EXPECT_EQ(0, bg_call_join(&dc));
+}
+
+/* Deregistration from another task first (a forked child that inherited the uverbs file and
+ * closes it last; a device-removal kworker), then the owner frees the memory. With token 0 the
+ * driver unpins only for the pinning process, so the other task's put_pages finds nothing and the
+ * free callback stays armed with the client's data until the owner's free. */
+enum foreign { FORKED_CHILD, DEVICE_REMOVAL };
+
+static void foreign_dereg_then_free(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
+				    enum foreign how, int try_rmmod)
+{
+	long long foreign = client_stat("foreign_unpins");
+	struct pmh_reg_mr mr;
+	int status;
+	pid_t pid;
+
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	if (how == FORKED_CHILD) {
+		/* The child inherits the file; the parent closes its copy; the child's exit is the
+		 * last close and deregisters, in the child. */
+		pid = fork();
+		ASSERT_LE(0, pid);
+		if (pid == 0) {
+			usleep(100 * 1000);
+			_exit(0);
+		}
+		close(self->pmh);
+		self->pmh = -1;
+		ASSERT_EQ(pid, waitpid(pid, &status, 0));
+		ASSERT_TRUE(WIFEXITED(status));
+	} else {
+		ASSERT_EQ(1, pmh_remove_device(self->pmh));
+	}
+	EXPECT_EQ(0, pmh_counter("live_mrs"));
+	if (ours() && invalidating()) {
+		EXPECT_EQ(foreign + 1, client_stat("foreign_unpins"));
+	}
+	if (try_rmmod && ours()) {
+		/* The driver still holds the registration's pin and our callback: we must stay. */
+		if (invalidating()) {
+			EXPECT_EQ(-EAGAIN, mod_unload(client()));
+		} else {
+			EXPECT_EQ(0, client_stat("live_registrations"));
+		}
+	}
+	/* The owner frees the memory: the driver calls back now. */
+	EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
+	if (ours() && invalidating()) {
+		char why[256];
+
+		EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
+		EXPECT_LT(0, client_stat("late_callbacks"));
+	}
+}
+
+TEST_F(race, forked_child_deregisters_then_the_owner_frees)
+{
+	foreign_dereg_then_free(_metadata, self, FORKED_CHILD, 0);
+}
+
+TEST_F(race, device_removal_deregisters_then_the_owner_frees)
+{
+	foreign_dereg_then_free(_metadata, self, DEVICE_REMOVAL, 0);
+}
+
+/* As above, with rmmod tried in between: refused while the driver holds our callback. The
+ * runner reloads the module after this test. */
+TEST_F(race, rmmod_while_the_driver_holds_a_callback)
+{
+	foreign_dereg_then_free(_metadata, self, DEVICE_REMOVAL, 1);
+}
+
+/* The callback's reference goes to our work item, which lets it go only after the driver's
+ * teardown is over (its API lock released): rmmod is refused until then. */
+TEST_F(race, rmmod_waits_for_the_work_item_after_a_callback)
+{
+	struct free_arg f = { self->gpu, self->handle };
+	struct pmh_reg_mr mr;
+	struct bg_call c;
+
+	if (!ours() || !invalidating())
+		SKIP(return, "peermem-rs's invalidating client only");
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	ASSERT_EQ(1, pmh_remove_device(self->pmh));
+	race_gate(NV, "teardown.after_callback", 0);
+	bg_call_start(&c, do_free, &f);
+	ASSERT_LT(0, race_wait_held(NV, "teardown.after_callback", HELD_MS));
+	sleep_ms(200);
+	/* Our callback has returned; the work item holds the registration until the teardown ends. */
+	EXPECT_EQ(-EAGAIN, mod_unload(client()));
+	race_open(NV, "teardown.after_callback");
+	EXPECT_EQ(0, bg_call_join(&c));
+}
+
+/* Fork with a registration: the child does the last close of the uverbs file, or the child exits
+ * first, or the parent exits first (its exit frees the GPU memory: the owner's context dies). */
+TEST_F(race, fork_parent_exits_first)
+{
+	int pipefd[2], status;
+	pid_t parent, child;
+
+	ASSERT_EQ(0, pipe(pipefd));
+	parent = fork();
+	ASSERT_LE(0, parent);
+	if (parent == 0) {
+		/* A process of its own: it allocates, registers, forks, and exits first. Only the
+		 * test keeps the pipe's write end: its close tells the grandchild to go. */
+		int gpu, pmh;
+
+		close(pipefd[1]);
+		gpu = gpu_open();
+		pmh = pmh_open();
+		__u64 h;
+		uint8_t *va = gpu_alloc(gpu, LEN, &h);
+		char c = 0;
+
+		if (!va || pmh_reg(pmh, va, LEN, PMH_REG_WRITE, NULL))
+			_exit(1);
+		child = fork();
+		if (child == 0) {
+			/* Outlive the parent, then close the inherited file last. */
+			read(pipefd[0], &c, 1);
+			_exit(0);
+		}
+		_exit(0);
+	}
+	ASSERT_EQ(parent, waitpid(parent, &status, 0));
+	ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The parent's exit freed its GPU memory (callback) before the child let go of the MR. */
+	sleep_ms(200);
+	close(pipefd[1]);
+	close(pipefd[0]);
+	sleep_ms(500);
+}
+
+TEST_HARNESS_MAIN
