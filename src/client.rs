@@ -240,6 +240,11 @@ impl RegCtx {
         let errno = |e: Error| -e.to_errno();
         match op {
             Op::PinN => {
+                // N tells us the memory is going away, nothing else: one GPU page of the range is
+                // enough (RM calls back every pin of the allocation at once, and a registration
+                // lies in one allocation), and costs one 64 KiB BAR1 extent instead of a second
+                // mapping of the whole range.
+                let range = range.first_page();
                 let data = ForeignRef::give(Arc::from(self));
                 self.inner.lock().driver_ref = Some(data);
                 // SAFETY: `data` is a reference to this registration, which the driver holds until
@@ -254,7 +259,7 @@ impl RegCtx {
             Op::UnpinN | Op::DriverBarrier => {
                 let key = self.inner.lock().n;
                 match key {
-                    Some(key) => nvidia::put_pages(range, key).map_err(errno),
+                    Some(key) => nvidia::put_pages(range.first_page(), key).map_err(errno),
                     None => Ok(()),
                 }
             }

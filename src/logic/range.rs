@@ -70,6 +70,15 @@ impl GpuRange {
         Ok(Self { start, len })
     }
 
+    /// The first GPU page of the range alone.
+    pub fn first_page(&self) -> Self {
+        // INVARIANT: one page of a valid range is a valid range.
+        Self {
+            start: self.start,
+            len: GPU_PAGE_SIZE,
+        }
+    }
+
     /// First byte of the first page.
     pub fn start(&self) -> u64 {
         self.start
@@ -102,6 +111,16 @@ impl GpuRange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_page_is_one_gpu_page_at_the_start() {
+        let r = GpuRange::covering(0x12_3456, 0x3_0000).unwrap();
+        assert_eq!(
+            r.first_page(),
+            GpuRange::aligned(0x12_0000, GPU_PAGE_SIZE).unwrap()
+        );
+        assert_eq!(r.first_page().pages(), 1);
+    }
 
     #[test]
     fn rounds_out_to_gpu_pages() {

@@ -28,9 +28,11 @@
 //!    and returning frees memory under it. So **no DMA mapping is ever made on a table the driver
 //!    can tear down**: every registration maps a *persistent* pin P (`get_pages_persistent`: no
 //!    callback, never torn down by the driver, released only by our `put_pages_persistent`, from
-//!    any task). The invalidating flavour takes, in addition, a non-persistent pin N whose only
-//!    use is the free callback that tells us the memory is going away; N's table is never read and
-//!    only ever passed back to `nvidia_p2p_put_pages` as a lookup key.
+//!    any task). The invalidating flavour takes, in addition, a non-persistent pin N of the
+//!    range's first GPU page, whose only use is the free callback that tells us the memory is
+//!    going away (RM calls back every pin of an allocation at once, and a registration lies in one
+//!    allocation); N's table is never read and only ever passed back to `nvidia_p2p_put_pages`
+//!    as a lookup key.
 //! 2. `nvidia_p2p_put_pages` finds N only among the pins of the calling process (the tgid) and
 //!    answers 0 also when it found nothing. So N is unpinned only from the owner's process; from
 //!    any other task it is *abandoned*: the driver keeps its reference to the registration (and so
