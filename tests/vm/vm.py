@@ -183,8 +183,11 @@ def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), inte
     # no5lvl: TCG's "max" CPU offers 5-level paging, and an interrupt that lands while the boot CPU
     # re-reads its feature words (identify_cpu) then sees an address KASAN calls wild and floods the
     # console (seen once in ~10 boots here). Four levels are plenty for a 1 GiB guest.
+    # log_buf_len: the runner reads the guest's whole kernel log (dmesg) at the end of a boot to find
+    # splats; the config's 128 KiB ring loses the first reports of a boot with many (a KASAN report
+    # is a few KiB), which would let a test that caused one pass.
     cmdline = ["console=ttyS0", "rdinit=/init", "panic=-1", "kasan_multi_shot", "no_hash_pointers",
-               "hung_task_panic=0", "no5lvl"]
+               "hung_task_panic=0", "no5lvl", "log_buf_len=64M"]
     if variant["iommu"]:
         # The IOMMU must be created before the devices it translates for.
         args += ["-device", "intel-iommu,intremap=off"]
