@@ -1344,20 +1344,16 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     (DOp::Barrier, _) => "put_pages of a stale key from a kworker (API lock only)",
                 }
             ),
-            Frame::WorkItem(pc) => format!(
-                "{}",
-                ["start the work item", "drop the work item's reference", "return to the workqueue core (module code)"]
-                    .get(*pc as usize)
-                    .copied()
-                    .unwrap_or("")
-            ),
-            Frame::Rmmod(pc) => format!(
-                "{}",
-                ["try_stop_module (refused while a module reference is held)", "module exit: wait for the host's users and our queue, then free the module"]
-                    .get(*pc as usize)
-                    .copied()
-                    .unwrap_or("")
-            ),
+            Frame::WorkItem(pc) => ["start the work item", "drop the work item's reference", "return to the workqueue core (module code)"]
+                .get(*pc as usize)
+                .copied()
+                .unwrap_or("")
+                .to_string(),
+            Frame::Rmmod(pc) => ["try_stop_module (refused while a module reference is held)", "module exit: wait for the host's users and our queue, then free the module"]
+                .get(*pc as usize)
+                .copied()
+                .unwrap_or("")
+                .to_string(),
             Frame::Ours(o) => match o {
                 Ours::Acquire(pc) => format!("peermem-rs acquire step {pc}"),
                 Ours::Run { actor, call, pc } => format!(
