@@ -256,12 +256,20 @@ impl RegCtx {
                 self.inner.lock().n = Some(key);
                 Ok(())
             }
-            Op::UnpinN | Op::DriverBarrier => {
+            Op::UnpinN => {
                 let key = self.inner.lock().n;
                 match key {
                     Some(key) => nvidia::put_pages(range.first_page(), key).map_err(errno),
                     None => Ok(()),
                 }
+            }
+            Op::DriverBarrier => {
+                let r = nvidia::wait_for_teardowns();
+                if r.is_err() {
+                    // The state machine asks again; give the driver a moment to find memory.
+                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+                }
+                r.map_err(errno)
             }
             Op::AllocSg => {
                 let sg = SgEntries::alloc(range.pages()).map_err(errno)?;

@@ -196,6 +196,15 @@ fn params() -> Result<Params> {
             return Err(EINVAL);
         }
     };
+    if !persistent_only && !cfg!(peermem_persistent_api) {
+        // The free callback's work item waits for the driver's teardown with a put_pages that
+        // finds nothing; drivers before 535 read the table first, which would be freed memory.
+        pr_err!(
+            "persistent_api_support=0 needs an NVIDIA driver of 535 or later (nv-p2p.h with the \
+             persistent API); this build is for an older one: use persistent_api_support=1\n"
+        );
+        return Err(EINVAL);
+    }
     let legacy_peerdirect = match raw.peerdirect_support {
         0 => false,
         1 => true,

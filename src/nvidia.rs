@@ -103,8 +103,8 @@ impl PersistentPin {
         // again (`self` is consumed).
         let rc = unsafe { sys::nvidia_p2p_put_pages_persistent(range.start(), table, 0) };
         #[cfg(not(peermem_persistent_api))]
-        // SAFETY: as above; before 535 the driver looks the pin up among the caller's, so from
-        // another process this finds nothing and the pin stays until the owner exits.
+        // SAFETY: as above; before 535 a pin with no callback is persistent, and the driver finds
+        // it through the table, from any task.
         let rc = unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), table) };
         check(rc)
     }
@@ -224,9 +224,44 @@ pub(crate) unsafe fn get_pages(
 pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
     // SAFETY: the driver uses `key` as a lookup key among the caller's pins and dereferences it
     // only when it finds it there, i.e. when it is a live pin of this process (nv-p2p.c 550:289-343,
-    // p2p.c RmP2PPutPages); a stale key finds nothing, as the driver's own comment on the
-    // not-found case says.
+    // p2p.c 550:1455-1493). A key whose pin a teardown freed finds nothing, unless the driver has
+    // meanwhile made another pin of this process at the same address (its allocation reused):
+    // then that pin is unpinned without a callback. The driver's own design leaves that window
+    // open to every client that calls put_pages while the memory may be freed (nvidia-peermem
+    // too); peermem-rs calls this only from the pinning process, for a registration whose
+    // callback has not started, and the window is the length of one API-lock wait.
     check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), key.0.as_ptr()) })
+}
+
+/// Waits until every free callback the driver has started has returned to it: a
+/// `nvidia_p2p_put_pages` that can find no pin. The driver takes its RM API lock for it before it
+/// looks for the key (osapi.c 550:4689) and answers 0 for a key it does not find (nv-p2p.c
+/// 550:330-335); every teardown of a non-persistent pin holds that lock across the client's
+/// callback and the frees (third_party_p2p.c 550:556-609). An error means the driver failed before
+/// taking the lock (it could not enter RM: out of memory) and has not waited.
+///
+/// Drivers before 535 read the table before the lookup (the GPU UUID and the pin's flags), so this
+/// exists only in builds for the persistent API (535 and later); peermem-rs refuses its
+/// invalidating flavour, the only user, in the others.
+#[cfg(peermem_persistent_api)]
+pub(crate) fn wait_for_teardowns() -> Result {
+    // A key that is no pin's: the address of this static, which is never a table the driver made.
+    static NO_PIN: u8 = 0;
+    let key = core::ptr::addr_of!(NO_PIN)
+        .cast_mut()
+        .cast::<sys::nvidia_p2p_page_table>();
+    // SAFETY: from 535 the driver does not dereference a non-persistent table before looking it up
+    // among the calling process's pins by its address (nv-p2p.c 550:316-335; p2p.c 550:1455-1493,
+    // 872-954), and no pin has this address, so it finds nothing; the virtual address is ignored
+    // in that lookup.
+    check(unsafe { sys::nvidia_p2p_put_pages(0, 0, 0, key) })
+}
+
+/// Without the persistent API the invalidating flavour is refused at load (see above), so nothing
+/// waits for teardowns; should it be called, it fails and its caller waits and asks again.
+#[cfg(not(peermem_persistent_api))]
+pub(crate) fn wait_for_teardowns() -> Result {
+    Err(EOPNOTSUPP)
 }
 
 /// A PCI device the NIC's DMA goes through, with a reference of ours on it.

@@ -127,11 +127,14 @@ pub enum Op {
     UnpinP,
     /// The host's invalidate for `core_context`.
     Invalidate { core_context: u64 },
-    /// From the work item, after a free callback: `nvidia_p2p_put_pages` of N's stale key. From a
-    /// kworker it finds nothing and answers 0, but it takes the RM API lock, which the teardown
-    /// that called us holds until after our callback has returned: so once it returns, no code of
-    /// ours is still running on the teardown's task, and the reference the callback handed over may
-    /// be dropped even if it is the last one.
+    /// From the work item, after a free callback: a `nvidia_p2p_put_pages` that can find no pin
+    /// (a key that is no pin's, from a kworker). It answers 0, but only after taking the RM API
+    /// lock, which the teardown that called us holds until after our callback has returned: so
+    /// once it returns, no code of ours is still running on the teardown's task, and the reference
+    /// the callback handed over may be dropped even if it is the last one. It does not need N's
+    /// key, so it waits also when the callback came before `get_pages` of N returned. If it fails
+    /// (the driver could not enter RM, e.g. out of memory, before taking the lock), it has not
+    /// waited: the work item makes it again before it lets go of anything.
     DriverBarrier,
 }
 
@@ -580,7 +583,12 @@ impl Registration {
                 }
                 Commit::Nothing
             }
-            Actor::Work => Commit::Nothing,
+            Actor::Work => {
+                if op == Op::DriverBarrier && result.is_err() {
+                    self.barrier_pending = true;
+                }
+                Commit::Nothing
+            }
         }
     }
 
@@ -1021,6 +1029,31 @@ mod tests {
         );
         // The work item waits for the teardown to be over, then drops the reference.
         assert_eq!(work(&mut r), [Op::DriverBarrier]);
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn a_failed_barrier_is_made_again_before_the_work_item_lets_go() {
+        // The driver may fail before it takes its API lock (it could not enter RM): then it has
+        // not waited for the teardown, and nothing may be let go yet.
+        let mut r = mapped(Flavour::Invalidating);
+        assert!(r.begin_callback());
+        run(&mut r, Actor::Callback, ok);
+        r.begin_work();
+        let mut barriers = 0;
+        let (steps, _) = run(&mut r, Actor::Work, |_, op| {
+            if op == Op::DriverBarrier {
+                barriers += 1;
+                if barriers == 1 {
+                    return Err(crate::logic::cause::ENOMEM);
+                }
+            }
+            Ok(())
+        });
+        assert_eq!(
+            calls(&steps),
+            [Op::DriverBarrier, Op::DriverBarrier, Op::UnmapP, Op::UnpinP]
+        );
         assert!(r.quiescent());
     }
 
