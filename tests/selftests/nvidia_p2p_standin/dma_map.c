@@ -194,7 +194,9 @@ static void edu_roundtrip(struct __test_metadata *_metadata, const struct pci_lo
 	EXPECT_EQ(EDU_XFER, i) TH_LOG("first mismatch at byte %zu", i);
 }
 
-TEST_F(dma, map_for_nic)
+/* 120 s each: the fixture loads the stand-ins, which under TCG with KASAN on a busy host took
+ * longer than the harness's default 30 s once. */
+TEST_F_TIMEOUT(dma, map_for_nic, 120)
 {
 	__u64 dma[NPAGES];
 	struct p2p_probe_map m;
@@ -227,7 +229,7 @@ TEST_F(dma, map_for_nic)
 }
 
 /* The rule's parameters change at run time too: deny, then allow. */
-TEST_F(dma, override_at_runtime)
+TEST_F_TIMEOUT(dma, override_at_runtime, 120)
 {
 	struct p2p_probe_map m;
 	int ret;
@@ -247,7 +249,7 @@ TEST_F(dma, override_at_runtime)
 }
 
 /* The GPU as its own peer: it shares its own upstream bridges. */
-TEST_F(dma, map_for_gpu_itself)
+TEST_F_TIMEOUT(dma, map_for_gpu_itself, 120)
 {
 	__u64 dma[NPAGES];
 	struct p2p_probe_map m;
@@ -291,7 +293,7 @@ FIXTURE_TEARDOWN(unmap)
  * NULL arguments are refused; a mapping unmapped already is no longer in its table's list, so a
  * second unmap returns 0 without touching it; put_pages unmaps what is left.
  */
-TEST_F(unmap, twice_and_null_args)
+TEST_F_TIMEOUT(unmap, twice_and_null_args, 120)
 {
 	struct p2p_probe_map m, m2;
 
