@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpumem.h"
 #include "pmh.h"
@@ -137,6 +138,39 @@ static inline void fault_unscope(void)
 	}
 	fault_write(FAIL_PAGE_ALLOC, "min-order", "1");
 	fault_write(FAIL_PAGE_ALLOC, "ignore-gfp-highmem", "Y");
+}
+
+/*
+ * Everything of peermem-rs, the host and the NVIDIA stand-in back to zero within 5 s (the client's
+ * work item may still be letting go): module references, MRs, registrations, pinned bytes, pins,
+ * tables, DMA mappings, allocations and BAR1. @kept_pins pins (and their BAR1) may stay with the
+ * driver (one whose unpin it refused). Returns 1, or 0 with what is left in @why.
+ */
+static inline int all_clear(long long kept_pins, char *why, size_t len)
+{
+	for (int i = 0; i < 50; i++) {
+		int loaded = mod_loaded("peermem_rs");
+		long long refcnt = loaded ? read_number("/sys/module/peermem_rs/refcnt") : 0;
+		long long live_mrs = pmh_counter("live_mrs");
+		long long regs = loaded ? peermem_stat("live_registrations") : 0;
+		long long pinned = loaded ? peermem_stat("pinned_bytes") : 0;
+		long long pins = gpu_counter("live_pins"), tables = gpu_counter("live_page_tables");
+		long long maps = gpu_counter("live_dma_mappings");
+		long long allocs = gpu_counter("live_allocations");
+
+		/* A kept pin stays pinned: the driver keeps its memory and BAR1 alive, and the
+		 * client keeps counting its bytes as pinned (they are). */
+		if (!refcnt && !live_mrs && !regs && (kept_pins || !pinned) && pins == kept_pins &&
+		    tables == kept_pins && !maps && allocs <= kept_pins &&
+		    (kept_pins || !gpu_counter("bar1_pinned_bytes")))
+			return 1;
+		snprintf(why, len, "refcnt %lld live_mrs %lld live_registrations %lld pinned_bytes %lld "
+			 "live_pins %lld live_page_tables %lld live_dma_mappings %lld live_allocations %lld"
+			 " (%lld pins kept by the driver expected)", refcnt, live_mrs, regs, pinned, pins,
+			 tables, maps, allocs, kept_pins);
+		usleep(100 * 1000);
+	}
+	return 0;
 }
 
 #endif /* PEERMEM_SELFTESTS_STRESS_H */
