@@ -28,6 +28,11 @@
 #include "race.h"
 #include "stress.h"
 
+/* A test loads and unloads three modules: seconds each under TCG with KASAN, more when the
+ * machine runs two guests. */
+#undef TEST_TIMEOUT_DEFAULT
+#define TEST_TIMEOUT_DEFAULT 300
+
 #define GPU_PAGE NVP2P_GPU_PAGE_SIZE
 
 static int proper(int ret)
