@@ -114,6 +114,8 @@ def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel,
         "totals": (TOTALS.search(output).group(0) if TOTALS.search(output) else ""),
         "splats": len(splats), "first_report": kind, "evidence": evidence,
         "leaks": len(re.findall(r"unreferenced object", leaks)), "results": out,
+        "findings": [line.lstrip("# ") for line in output.splitlines()
+                     if re.search(r"MISMATCH|^# FAIL: |still live|LEFT BEHIND", line)][:20],
     }
     vm.log(f"stress: boot {name} done in {res.seconds:.0f} s: {b['ops']} operations, {b['racing']} racing, "
            f"{len(failed)} of {len(ktap_lines)} checks failed, {b['splats']} splat lines, {b['leaks']} leaks")
@@ -131,6 +133,8 @@ def describe(b):
              f"{'completed' if b['completed'] else 'timed out' if b['timed_out'] else 'did not complete'}"
              f" (stress.sh exit {b['rc']})")
     for f in b["failed"][:20]:
+        s.append(f"  - {f}")
+    for f in b["findings"]:
         s.append(f"  - {f}")
     s.append(f"- kernel splat lines {b['splats']}, first report: {b['first_report'] or 'none'}; "
              f"kmemleak: {b['leaks']} unreferenced objects")
