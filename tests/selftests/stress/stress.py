@@ -54,7 +54,7 @@ if [ -w /sys/kernel/debug/kmemleak ]; then
 fi
 """
 
-RESULT = re.compile(r"^# stress result: (\d+) register/deregister operations .* in ([\d.]+) s, (\d+) racing "
+RESULT = re.compile(r"# stress result: (\d+) register/deregister operations .* in ([\d.]+) s, (\d+) racing "
                     r"a free or a foreign deregistration \((\d+) on freed memory, (\d+) foreign\)")
 TOTALS = re.compile(r"# stress totals: .*")
 
@@ -72,7 +72,7 @@ def first_report(log):
             if m:
                 kind = m.group(1)
             elif re.search(r"blocked for more than", line):
-                kind = "hung task (deadlock)"
+                kind = "hung task (a task blocked past the hung-task timeout)"
             elif re.search(r"general protection fault|Oops|unable to handle", line):
                 kind = "oops"
             elif "WARNING:" in line:
@@ -83,14 +83,27 @@ def first_report(log):
     return None, []
 
 
-def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel, kdir, timeout, extra):
+class Done:
+    """What vm.boot returned, for a boot summarized again from its files (--summarize)."""
+    def __init__(self, out):
+        self.console = read(out / "console.log")
+        m = re.findall(r"peermem-vm: done after ([\d.]+) s", self.console)
+        self.seconds = float(m[-1]) if m else 0.0
+        self.timed_out = not (out / "plan.rc").exists()
+
+
+def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel, kdir, timeout, extra,
+             summarize=False):
     out = OUT / name
     plan = PLAN.format(variant=variant, client=client, ops=ops, seconds=seconds, hold=hold, extra=extra)
-    vm.log(f"stress: boot {name} ({variant}, {client}, {ops} operations per configuration, hold {hold}, "
-           f"GPU BAR {bar_mib} MiB)")
-    res = vm.boot(variant, plan, payload, out, accel, timeout, kdir,
-                  cmdline_extra=["dma_debug_entries=262144"],
-                  machine_overrides={"gpu_bar_mib": bar_mib, "memory_mib": 2048})
+    if summarize:
+        res = Done(out)
+    else:
+        vm.log(f"stress: boot {name} ({variant}, {client}, {ops} operations per configuration, hold {hold}, "
+               f"GPU BAR {bar_mib} MiB)")
+        res = vm.boot(variant, plan, payload, out, accel, timeout, kdir,
+                      cmdline_extra=["dma_debug_entries=262144"],
+                      machine_overrides={"gpu_bar_mib": bar_mib, "memory_mib": 2048})
     output = read(out / "output")
     dmesg = read(out / "dmesg") or res.console
     splats = [line for line in dmesg.splitlines() if ktap.SPLAT.search(line)]
@@ -159,6 +172,8 @@ def main():
     ap.add_argument("--nvidia-ops", type=int, default=0,
                     help="operations per configuration for nvidia-peermem (default: as peermem-rs's)")
     ap.add_argument("--extra", default="", help="more stress options, e.g. '--slab-permille 5'")
+    ap.add_argument("--summarize", action="store_true",
+                    help="boot nothing: summarize the boots already in .build/stress/")
     a = ap.parse_args()
 
     start = time.monotonic()
@@ -167,7 +182,7 @@ def main():
     accel, reason = vm.choose_accel(kdir)
     vm.log(f"stress: accelerator {accel} ({reason})")
     payload = Path(a.payload).resolve()
-    if not (payload / "selftests" / "stress" / "stress").exists():
+    if not a.summarize and not (payload / "selftests" / "stress" / "stress").exists():
         raise SystemExit(f"{payload}: no stress build; run tests/run_tests.py --build-only first")
     clients = a.clients.split(",")
     variants = a.variants.split(",")
@@ -182,7 +197,8 @@ def main():
         jobs.append(("nvidia_peermem-switch", "switch", "nvidia_peermem", a.nvidia_ops or per_config))
     with concurrent.futures.ThreadPoolExecutor(max_workers=vm.VM_SLOTS) as pool:
         futures = [pool.submit(run_boot, name, v, c, ops, a.seconds, a.hold, a.bar_mib, payload, accel,
-                               kdir, timeout, a.extra) for name, v, c, ops in jobs]
+                               kdir, timeout, a.extra, a.summarize) for name, v, c, ops in jobs
+                   if not a.summarize or (OUT / name).exists()]
         boots = [f.result() for f in futures]
 
     ours = [b for b in boots if b["client"] == "peermem_rs"]
