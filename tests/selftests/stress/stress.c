@@ -515,9 +515,25 @@ static int do_register(struct thr *t, int fd, struct mr *out, int hold, struct g
 		len -= head + tail;
 	}
 	flags = PMH_REG_WRITE | (!hold && below(5) == 0 ? PMH_REG_NO_INVALIDATE : 0);
+	/*
+	 * The registration names memory by address, as ibv_reg_mr does. Once a free has unmapped
+	 * this allocation, the next one may be mapped at the same address, and a registration of it
+	 * would really be of that one while the test files it under this one (the DMA checks then
+	 * see "stray" bytes in the new allocation). So the address must stay this allocation's
+	 * until the registration returns: the unmapping waits for registrations in flight (the free
+	 * itself, NVP2P_IOC_FREE, does not, so registrations still race it).
+	 */
+	pthread_rwlock_rdlock(&a->cpu);
+	if (a->unmapped) {
+		pthread_rwlock_unlock(&a->cpu);
+		give_pages(a, first, n);
+		galloc_put(a);
+		return 0;
+	}
 	__atomic_add_fetch(&a->inflight, 1, __ATOMIC_ACQ_REL);
 	__atomic_add_fetch(&me()->inflight, 1, __ATOMIC_RELAXED);
 	ret = pmh_reg(fd, (void *)addr, len, flags, &reg);
+	pthread_rwlock_unlock(&a->cpu);
 	if (!ret) {
 		/* Recorded while still "in flight": a kill in between is within the tolerance. */
 		__atomic_add_fetch(&a->live_mrs, 1, __ATOMIC_ACQ_REL);
