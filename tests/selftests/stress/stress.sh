@@ -16,8 +16,8 @@
 #   stress.sh [--quick] [--client peermem_rs|nvidia_peermem] [--only PAS:PDS:EX ...]
 #             [--ops N] [--seconds S] [--hold N] [--results DIR] [-- more stress options]
 #
-# The defaults are the bounded run of `make check` (--quick: at most 4,000 operations or 25 s of
-# stress per configuration, a hold of 400 live registrations), which the runner starts without
+# The defaults are the bounded run of `make check` (--quick: at most 4,000 operations or 15 s of
+# stress per configuration, a hold of 300 live registrations), which the runner starts without
 # arguments; the long run (stress.py) passes its own figures. --results keeps each
 # configuration's report (stress --report) there. The last line before the KTAP totals is a
 # summary: "# stress totals: ...".
@@ -28,12 +28,12 @@ cd "$(dirname "$0")"
 client=peermem_rs
 only=""
 ops=4000
-seconds=25
-hold=400
+seconds=15
+hold=300
 results=/tmp/stress-results
 while [ $# -gt 0 ]; do
 	case $1 in
-	--quick) ops=4000; seconds=25; hold=400 ;;
+	--quick) ops=4000; seconds=15; hold=300 ;;
 	--client) client=$2; shift ;;
 	--only) only="$only $2"; shift ;;
 	--ops) ops=$2; shift ;;
