@@ -9,6 +9,9 @@
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
 #   make races     every race window against peermem-rs and NVIDIA's nvidia-peermem, crashes and
 #                  deadlocks included (a boot per crash; not part of make check): docs/race-windows.md
+#   make stress    the long stress run (a million registrations racing frees and foreign
+#                  deregistrations) against peermem-rs, and against nvidia-peermem in a boot of its
+#                  own; prints a summary (tests/selftests/stress/stress.py; not part of make check)
 #
 # On a GPU node (see "Installing on GPU nodes" in README.md):
 #   make KDIR=/lib/modules/$(uname -r)/build     build for a real kernel; packaging/configure.sh finds
@@ -82,7 +85,7 @@ MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_
 endif
 endif
 
-.PHONY: all module standins setup kernel check demo vm-shell races cargo-test clean \
+.PHONY: all module standins setup kernel check demo vm-shell races stress cargo-test clean \
 	install modules_install uninstall install-support uninstall-support \
 	dkms-source dkms-install dkms-uninstall
 
@@ -134,6 +137,10 @@ vm-shell: setup
 races: setup
 	@$(REPO)/tests/run_tests.py --build-only
 	@$(REPO)/tests/selftests/races/windows.py --write-doc
+
+stress: setup
+	@$(REPO)/tests/run_tests.py --build-only
+	@$(REPO)/tests/selftests/stress/stress.py $(STRESS_ARGS)
 
 cargo-test:
 	cargo test --workspace

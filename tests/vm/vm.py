@@ -169,9 +169,25 @@ class BootResult:
         return (self.results / "console.log").read_text(errors="replace")
 
 
-def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), interactive=False):
+def machine_config(overrides=None):
+    """The [machine] table of topology.toml, with the runner's overrides: the `overrides` dict a
+    caller passes (the stress run's larger GPU BAR), then PEERMEM_VM_MEMORY_MIB and
+    PEERMEM_GPU_BAR_MIB from the environment. The GPU BAR is QEMU's ivshmem BAR: a power of two."""
+    m = dict(topology()["machine"])
+    m.update(overrides or {})
+    for key, env in (("memory_mib", "PEERMEM_VM_MEMORY_MIB"), ("gpu_bar_mib", "PEERMEM_GPU_BAR_MIB")):
+        if os.environ.get(env):
+            m[key] = int(os.environ[env])
+    bar = m["gpu_bar_mib"]
+    if bar <= 0 or bar & (bar - 1):
+        raise SystemExit(f"gpu_bar_mib {bar}: the ivshmem BAR must be a power of two")
+    return m
+
+
+def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), interactive=False,
+              machine_overrides=None):
     topo = topology()
-    machine = topo["machine"]
+    machine = machine_config(machine_overrides)
     variant = topo["variants"][variant_name]
     layout = topo["layouts"][variant["layout"]]
     args = ["qemu-system-x86_64", "-machine", "q35", "-m", str(machine["memory_mib"]),
@@ -246,14 +262,17 @@ class VmLock:
         self.f.close()
 
 
-def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False, cmdline_extra=()):
-    """Boot once, run `plan` (a shell script text) in the guest, return a BootResult."""
+def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False, cmdline_extra=(),
+         machine_overrides=None):
+    """Boot once, run `plan` (a shell script text) in the guest, return a BootResult.
+    `machine_overrides` changes the [machine] table of topology.toml for this boot."""
     kdir = kdir or kernel_dir()
     results = Path(results).resolve()
     shutil.rmtree(results, ignore_errors=True)
     results.mkdir(parents=True)
     initrd = initramfs(Path(payload).resolve() if payload else None, plan, results)
-    args = qemu_args(variant, accel, kdir, initrd, results, cmdline_extra)
+    args = qemu_args(variant, accel, kdir, initrd, results, cmdline_extra,
+                     machine_overrides=machine_overrides)
     (results / "qemu-args").write_text("\n".join(args) + "\n")
     env = dict(os.environ, IN_ROOT_BINDS=str(results))
     userspace_s = None

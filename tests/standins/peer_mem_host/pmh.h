@@ -47,12 +47,15 @@ struct pmh_counters {
 	atomic_t release_calls;
 	atomic_t kworker_deregs;	/* MRs deregistered from the host's workqueue */
 	atomic_t removed_by_device;	/* ... of which by a device removal */
+	atomic_t close_deregs;		/* MRs deregistered by the last close of their file */
 	atomic_t dma_ops;		/* edu DMA transfers started */
 	atomic_t dma_refused;		/* PMH_IOC_DMA on a revoked/invalidated MR */
 	atomic_t nic_iommu;		/* 1 if the NIC's DMA goes through an IOMMU */
 	atomic_t race_gate_timeouts;	/* race-point gates that timed out (pmh_race.c) */
 };
 extern struct pmh_counters pmh_counters;
+extern bool pmh_nonpci_dma_device;
+struct device *pmh_nonpci_device(void);
 
 /* One registration of a peer-memory client (the reg_handle clients get). */
 struct pmh_client {

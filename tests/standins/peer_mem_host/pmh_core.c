@@ -864,6 +864,8 @@ struct pmh_mr *pmh_mr_register(unsigned long addr, size_t length, u32 flags)
 	}
 
 	/* Only when ordinary pinning fails are the peer clients asked. */
+	if (READ_ONCE(pmh_nonpci_dma_device))
+		mr->dma_dev = pmh_nonpci_device();
 	ret = pmh_peer_umem_get(mr, flags, ret);
 	if (ret)
 		goto err_pinned;

@@ -38,6 +38,25 @@ module_param_named(trim_sgl, pmh_trim_sgl, int, 0444);
 MODULE_PARM_DESC(trim_sgl,
 		 "1 (default): trim the first and last SG entries to the registered range when the client's page size is not PAGE_SIZE (MLNX_OFED 5.5+); 0: leave them whole (Ubuntu SAUCE, early 5.x)");
 
+/*
+ * Read at each device removal. ib_uverbs disassociates the files of a device that goes away:
+ * every later command on them fails with -EIO until they are closed (ib_uverbs_ioctl/_write find
+ * no ib_dev). 0 keeps the files usable, which the tests written before this knob rely on.
+ */
+static bool pmh_disassociate;
+module_param_named(disassociate, pmh_disassociate, bool, 0644);
+MODULE_PARM_DESC(disassociate,
+		 "1: device removal disassociates the open files as ib_uverbs does (every later ioctl on them but PMH_IOC_REMOVE_DEVICE fails with -EIO until they are closed); 0 (default): they stay usable");
+
+/*
+ * Read at each registration: hand clients a dma_device that is not a PCI device (the misc
+ * device's), as a software RDMA device (rxe, siw) or a NIC behind a non-PCI bus would.
+ */
+bool pmh_nonpci_dma_device;
+module_param_named(nonpci_dma_device, pmh_nonpci_dma_device, bool, 0644);
+MODULE_PARM_DESC(nonpci_dma_device,
+		 "1: registrations pass clients a dma_device that is not a PCI device; 0 (default): the NIC's PCI device");
+
 struct pmh_counters pmh_counters;
 
 /* Largest PMH_IOC_DMA transfer: it is staged in a kernel buffer. */
@@ -49,6 +68,7 @@ struct pmh_file {
 	struct mutex lock;	/* lookups and use of MRs against their deregistration */
 	struct xarray mrs;	/* handle -> struct pmh_mr */
 	struct list_head node;	/* in pmh_files, for device removal */
+	bool disassociated;	/* a device removal went by (with disassociate=1): -EIO */
 };
 
 /* Every open file, for device removal; taken before a file's lock. */
@@ -88,6 +108,7 @@ static int pmh_release(struct inode *inode, struct file *file)
 	xa_for_each(&f->mrs, handle, mr) {
 		xa_erase(&f->mrs, handle);
 		pmh_mr_deregister(mr);
+		atomic_inc(&pmh_counters.close_deregs);
 	}
 	xa_destroy(&f->mrs);
 	mutex_destroy(&f->lock);
@@ -149,6 +170,8 @@ static long pmh_remove_device(void)
 			xa_erase(&f->mrs, handle);
 			list_add_tail(&mr->work_node, &w.mrs);
 		}
+		if (READ_ONCE(pmh_disassociate))
+			f->disassociated = true;
 		mutex_unlock(&f->lock);
 	}
 	mutex_unlock(&pmh_files_lock);
@@ -185,6 +208,20 @@ static long pmh_reg_mr(struct pmh_file *f, void __user *arg)
 		       min_t(size_t, sizeof(reg.client) - 1, IB_PEER_MEMORY_NAME_MAX));
 
 	mutex_lock(&f->lock);
+	if (f->disassociated) {
+		/*
+		 * The device went away while this registration was in flight: ib_uverbs' removal
+		 * waits for the command and then destroys what it made, from the remover's task.
+		 */
+		struct pmh_dereg_work w = { .device_removal = true };
+
+		mutex_unlock(&f->lock);
+		INIT_LIST_HEAD(&w.mrs);
+		list_add_tail(&mr->work_node, &w.mrs);
+		pmh_dereg_in_kworker(&w);
+		atomic_inc(&pmh_counters.reg_failed);
+		return -EIO;
+	}
 	ret = xa_alloc(&f->mrs, &handle, mr, xa_limit_32b, GFP_KERNEL);
 	mutex_unlock(&f->lock);
 	if (ret)
@@ -371,6 +408,10 @@ static long pmh_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	struct pmh_file *f = file->private_data;
 	void __user *uarg = (void __user *)arg;
 
+	/* A disassociated file answers nothing but -EIO until it is closed (the registration checks
+	 * again under the file's lock, for one in flight during the removal). */
+	if (cmd != PMH_IOC_REMOVE_DEVICE && READ_ONCE(f->disassociated))
+		return -EIO;
 	switch (cmd) {
 	case PMH_IOC_REG_MR:
 		return pmh_reg_mr(f, uarg);
@@ -435,6 +476,7 @@ static void pmh_debugfs_init(void)
 		{ "release_calls", &pmh_counters.release_calls },
 		{ "kworker_deregs", &pmh_counters.kworker_deregs },
 		{ "removed_by_device", &pmh_counters.removed_by_device },
+		{ "close_deregs", &pmh_counters.close_deregs },
 		{ "dma_ops", &pmh_counters.dma_ops },
 		{ "dma_refused", &pmh_counters.dma_refused },
 		{ "nic_iommu", &pmh_counters.nic_iommu },
@@ -490,3 +532,9 @@ module_exit(pmh_exit);
 MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("Test stand-in for the ib_core peer-memory host and an RDMA NIC (QEMU edu)");
 MODULE_VERSION("1.0");
+
+/* The device nonpci_dma_device hands out: the misc device's, which is no PCI device. */
+struct device *pmh_nonpci_device(void)
+{
+	return pmh_misc.this_device;
+}

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""The long stress run (`make stress`): stress.sh with the long run's figures against peermem-rs in
+every configuration, in a `switch` boot (IOMMU off) and a `switch-iommu` boot (IOMMU on, the host
+kind with memory_peers), each with a larger GPU BAR so that tens of thousands of registrations can
+be live at once; then the same run against NVIDIA's nvidia-peermem 550 in a boot of its own, which
+is expected to end in use-after-free reports or a crash (make check never runs it). Prints a
+summary: operations, racing operations, bytes compared, failslab injections, splats and leaks per
+boot, wall time.
+
+    tests/selftests/stress/stress.py [--payload DIR] [--ops N] [--hold N] [--bar-mib M]
+                                     [--seconds S] [--clients peermem_rs,nvidia_peermem]
+                                     [--variants switch,switch-iommu]
+
+--ops is the target over all peermem-rs boots and configurations (1,000,000 by default), split
+evenly between them; --seconds bounds each configuration. Results land in .build/stress/: a
+directory per boot (console, output, dmesg, the per-configuration reports) and summary.txt.
+Exit status 0 when every peermem-rs boot passed every check with no splat and no leak.
+"""
+
+import argparse
+import concurrent.futures
+import re
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "vm"))
+
+import ktap  # noqa: E402
+import vm    # noqa: E402
+
+OUT = REPO / ".build" / "stress"
+CONFIGS = 4  # stress.sh's configurations per boot
+
+# DMA-API debugging keeps one entry per live mapping (65,536 by default, then it disables itself);
+# the hold phase keeps tens of thousands live.
+PLAN = r"""
+set -u
+export PEERMEM_MODULES=/payload/modules
+export PEERMEM_VARIANT={variant}
+[ -w /sys/kernel/debug/kmemleak ] && echo clear > /sys/kernel/debug/kmemleak
+echo "peermem-ksft: begin stress/stress.sh" > /dev/kmsg
+cd /payload/selftests/stress
+./stress.sh --client {client} --ops {ops} --seconds {seconds} --hold {hold} --results /results -- {extra}
+echo "STRESS-RC $?"
+echo "peermem-ksft: end stress/stress.sh" > /dev/kmsg
+if [ -w /sys/kernel/debug/kmemleak ]; then
+    sleep 6; echo scan > /sys/kernel/debug/kmemleak
+    cat /sys/kernel/debug/kmemleak > /results/kmemleak
+fi
+"""
+
+RESULT = re.compile(r"# stress result: (\d+) register/deregister operations .* in ([\d.]+) s, (\d+) racing "
+                    r"a free or a foreign deregistration \((\d+) on freed memory, (\d+) foreign\)")
+TOTALS = re.compile(r"# stress totals: .*")
+
+
+def read(p):
+    return p.read_text(errors="replace") if p.exists() else ""
+
+
+def first_report(log):
+    """The first kernel report of a boot's log, classified, with its first lines."""
+    lines = log.splitlines()
+    for i, line in enumerate(lines):
+        if ktap.SPLAT.search(line):
+            m = re.search(r"BUG: KASAN: ([\w-]+)", line)
+            if m:
+                kind = m.group(1)
+            elif re.search(r"blocked for more than", line):
+                kind = "hung task (a task blocked past the hung-task timeout)"
+            elif re.search(r"general protection fault|Oops|unable to handle", line):
+                kind = "oops"
+            elif "WARNING:" in line:
+                kind = "warning"
+            else:
+                kind = line.strip()[:60]
+            return kind, lines[i:i + 30]
+    return None, []
+
+
+class Done:
+    """What vm.boot returned, for a boot summarized again from its files (--summarize)."""
+    def __init__(self, out):
+        self.console = read(out / "console.log")
+        m = re.findall(r"peermem-vm: done after ([\d.]+) s", self.console)
+        self.seconds = float(m[-1]) if m else 0.0
+        self.timed_out = not (out / "plan.rc").exists()
+
+
+def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel, kdir, timeout, extra,
+             summarize=False):
+    out = OUT / name
+    plan = PLAN.format(variant=variant, client=client, ops=ops, seconds=seconds, hold=hold, extra=extra)
+    if summarize:
+        res = Done(out)
+    else:
+        vm.log(f"stress: boot {name} ({variant}, {client}, {ops} operations per configuration, hold {hold}, "
+               f"GPU BAR {bar_mib} MiB)")
+        res = vm.boot(variant, plan, payload, out, accel, timeout, kdir,
+                      cmdline_extra=["dma_debug_entries=262144"],
+                      machine_overrides={"gpu_bar_mib": bar_mib, "memory_mib": 2048})
+    output = read(out / "output")
+    dmesg = read(out / "dmesg") or res.console
+    splats = [line for line in dmesg.splitlines() if ktap.SPLAT.search(line)]
+    kind, evidence = first_report(dmesg)
+    leaks = read(out / "kmemleak").strip()
+    ktap_lines = [line for line in output.splitlines() if re.match(r"^(not )?ok \d+ ", line)]
+    failed = [line for line in ktap_lines if line.startswith("not ok")]
+    results = [RESULT.search(line) for line in output.splitlines()]
+    results = [m for m in results if m]
+    rc = re.search(r"STRESS-RC (\d+)", output)
+    b = {
+        "name": name, "variant": variant, "client": client, "seconds": res.seconds,
+        "completed": rc is not None and not res.timed_out, "rc": int(rc.group(1)) if rc else None,
+        "timed_out": res.timed_out, "tests": len(ktap_lines), "failed": failed,
+        "ops": sum(int(m.group(1)) for m in results),
+        "stress_s": sum(float(m.group(2)) for m in results),
+        "racing": sum(int(m.group(3)) for m in results),
+        "racing_free": sum(int(m.group(4)) for m in results),
+        "racing_foreign": sum(int(m.group(5)) for m in results),
+        "configs_done": len(results),
+        "totals": (TOTALS.search(output).group(0) if TOTALS.search(output) else ""),
+        "splats": len(splats), "first_report": kind, "evidence": evidence,
+        "leaks": len(re.findall(r"unreferenced object", leaks)), "results": out,
+        "findings": [line.lstrip("# ") for line in output.splitlines()
+                     if re.search(r"MISMATCH|^# FAIL: |still live|LEFT BEHIND", line)][:20],
+    }
+    vm.log(f"stress: boot {name} done in {res.seconds:.0f} s: {b['ops']} operations, {b['racing']} racing, "
+           f"{len(failed)} of {len(ktap_lines)} checks failed, {b['splats']} splat lines, {b['leaks']} leaks")
+    return b
+
+
+def describe(b):
+    s = [f"## {b['name']}: {b['client']} in {b['variant']}, boot {b['seconds']:.0f} s "
+         f"({b['stress_s']:.0f} s of stress in {b['configs_done']} of {CONFIGS} configurations)"]
+    s.append(f"- operations {b['ops']}, racing {b['racing']} ({b['racing_free']} on freed memory, "
+             f"{b['racing_foreign']} foreign deregistrations)")
+    if b["totals"]:
+        s.append(f"- {b['totals'][2:]}")
+    s.append(f"- checks: {b['tests'] - len(b['failed'])} of {b['tests']} passed; run "
+             f"{'completed' if b['completed'] else 'timed out' if b['timed_out'] else 'did not complete'}"
+             f" (stress.sh exit {b['rc']})")
+    for f in b["failed"][:20]:
+        s.append(f"  - {f}")
+    for f in b["findings"]:
+        s.append(f"  - {f}")
+    s.append(f"- kernel splat lines {b['splats']}, first report: {b['first_report'] or 'none'}; "
+             f"kmemleak: {b['leaks']} unreferenced objects")
+    if b["evidence"]:
+        s.append("```")
+        s += [re.sub(r"^\[\s*\d+\.\d+\]\s?", "", line) for line in b["evidence"][:25]]
+        s.append("```")
+    s.append(f"- logs: {b['results']}")
+    return "\n".join(s)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--payload", default=str(REPO / ".build" / "latest" / "payload"))
+    ap.add_argument("--ops", type=int, default=1_000_000,
+                    help="register/deregister operations over all peermem-rs boots and configurations")
+    ap.add_argument("--hold", type=int, default=20000, help="registrations held live at once, per configuration")
+    ap.add_argument("--bar-mib", type=int, default=1024, help="the GPU BAR of the boots (a power of two)")
+    ap.add_argument("--seconds", type=int, default=1500, help="bound of each configuration's run")
+    ap.add_argument("--clients", default="peermem_rs,nvidia_peermem")
+    ap.add_argument("--variants", default="switch,switch-iommu")
+    ap.add_argument("--nvidia-ops", type=int, default=0,
+                    help="operations per configuration for nvidia-peermem (default: as peermem-rs's)")
+    ap.add_argument("--extra", default="", help="more stress options, e.g. '--slab-permille 5'")
+    ap.add_argument("--summarize", action="store_true",
+                    help="boot nothing: summarize the boots already in .build/stress/")
+    a = ap.parse_args()
+
+    start = time.monotonic()
+    OUT.mkdir(parents=True, exist_ok=True)
+    kdir = vm.kernel_dir()
+    accel, reason = vm.choose_accel(kdir)
+    vm.log(f"stress: accelerator {accel} ({reason})")
+    payload = Path(a.payload).resolve()
+    if not a.summarize and not (payload / "selftests" / "stress" / "stress").exists():
+        raise SystemExit(f"{payload}: no stress build; run tests/run_tests.py --build-only first")
+    clients = a.clients.split(",")
+    variants = a.variants.split(",")
+    per_config = max(1, a.ops // (len(variants) * CONFIGS))
+    # A boot's time: each configuration's bound, loading, the hold phase and the settling.
+    timeout = CONFIGS * (a.seconds + 300) + 600
+    jobs = []
+    if "peermem_rs" in clients:
+        for v in variants:
+            jobs.append((f"peermem_rs-{v}", v, "peermem_rs", per_config))
+    if "nvidia_peermem" in clients:
+        jobs.append(("nvidia_peermem-switch", "switch", "nvidia_peermem", a.nvidia_ops or per_config))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=vm.VM_SLOTS) as pool:
+        futures = [pool.submit(run_boot, name, v, c, ops, a.seconds, a.hold, a.bar_mib, payload, accel,
+                               kdir, timeout, a.extra, a.summarize) for name, v, c, ops in jobs
+                   if not a.summarize or (OUT / name).exists()]
+        boots = [f.result() for f in futures]
+
+    ours = [b for b in boots if b["client"] == "peermem_rs"]
+    theirs = [b for b in boots if b["client"] != "peermem_rs"]
+    wall = time.monotonic() - start
+    head = [
+        "# make stress",
+        f"machine: {accel} ({reason}); GPU BAR {a.bar_mib} MiB; hold {a.hold} per configuration; "
+        f"target {a.ops} operations; wall time {wall:.0f} s",
+        "",
+        f"peermem-rs: {sum(b['ops'] for b in ours)} register/deregister operations, "
+        f"{sum(b['racing'] for b in ours)} racing a free or a foreign deregistration, "
+        f"{sum(len(b['failed']) for b in ours)} failed checks, {sum(b['splats'] for b in ours)} splat lines, "
+        f"{sum(b['leaks'] for b in ours)} leaks",
+    ]
+    for b in theirs:
+        head.append(f"nvidia-peermem 550: {b['ops']} operations completed in {b['configs_done']} of {CONFIGS} "
+                    f"configurations, {len(b['failed'])} failed checks, {b['splats']} splat lines, first "
+                    f"report: {b['first_report'] or 'none'}, run "
+                    f"{'completed' if b['completed'] else 'did not complete'}")
+    text = "\n".join(head) + "\n\n" + "\n\n".join(describe(b) for b in boots) + "\n"
+    (OUT / "summary.txt").write_text(text)
+    sys.stdout.write(text)
+    ok = all(b["completed"] and not b["failed"] and not b["splats"] and not b["leaks"] and b["tests"] for b in ours)
+    return 0 if ours and ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
