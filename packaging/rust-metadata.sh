@@ -61,14 +61,14 @@ if [ -z "$KDIR" ]; then
 fi
 [ -d "$KDIR" ] || refuse "no kernel headers at $KDIR" \
     "install them (Debian: apt install linux-headers-${KREL:-<release>}) or pass --kdir"
-KDIR=$(cd "$KDIR" && pwd -P)
 
-# --- 1. metadata already there ---------------------------------------------------------------------
+# --- 1. metadata already there: KDIR, as given ---------------------------------------------------
 
 if [ -e "$KDIR/rust/libkernel.rmeta" ] && [ -e "$KDIR/rust/libmacros.so" ]; then
     echo "$KDIR"
     exit 0
 fi
+KDIR=$(cd "$KDIR" && pwd -P)
 
 conf=$KDIR/.config
 [ -f "$conf" ] || conf=$KDIR/include/config/auto.conf
@@ -223,7 +223,11 @@ if [ "$(cat "$C/inputs" 2>/dev/null)" != "$key" ] || [ ! -e "$OBJ/rust/libkernel
         { [ "$(kconf CONFIG_ARM64)" = y ] && arch=arm64; } || refuse "cannot tell the architecture of $KREL"
     mkdir -p "$OBJ"
     cp "$KDIR/.config" "$OBJ/.config"
-    kmake=(nice make -C "$C/src" O="$OBJ" ARCH="$arch" CROSS_COMPILE="$cross" CC="$want_cc_bin"
+    # Debian's own make variables of the kernel (CC, CROSS_COMPILE, KERNELRELEASE), which its top
+    # Makefile includes from the output tree.
+    [ ! -f "$KDIR/.kernelvariables" ] || cp "$KDIR/.kernelvariables" "$OBJ/.kernelvariables"
+    # The kernel's make must not see the flags of a calling make (KDIR=, DROPIN=, LLVM= ...).
+    kmake=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES nice make -C "$C/src" O="$OBJ" ARCH="$arch" CROSS_COMPILE="$cross" CC="$want_cc_bin"
         HOSTCC="${want_cc_bin#"$cross"}" KERNELRELEASE="$KREL" RUSTC="$rustc" HOSTRUSTC="$rustc"
         BINDGEN="$bindgen" -j"${PEERMEM_JOBS:-$(nproc)}")
     start=$(date +%s)
@@ -292,6 +296,7 @@ say "crates (name, hash, exports naming it): $(hashes "$ours")"
 # --- 6. the tree to build against: the regenerated one with the kernel's own symbol table ---------
 
 cp "$symvers" "$OBJ/Module.symvers"
+[ ! -f "$KDIR/.kernelvariables" ] || cp "$KDIR/.kernelvariables" "$OBJ/.kernelvariables"
 [ ! -f "$KDIR/vmlinux" ] || cp "$KDIR/vmlinux" "$OBJ/vmlinux"
 say "kernel $KREL: building against the regenerated Rust metadata in $OBJ"
 echo "$OBJ"
