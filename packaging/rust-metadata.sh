@@ -183,7 +183,6 @@ flock 9
 if [ "$(cat "$C/inputs" 2>/dev/null)" != "$key" ] || [ ! -e "$OBJ/rust/libkernel.rmeta" ]; then
     say "kernel $KREL has CONFIG_RUST=y but no Rust metadata in $KDIR: regenerating it from Debian's"
     say "$SRCPKG $DEBVER with its .config and $want_rustc, into $C (a few minutes, once per kernel)"
-    rm -rf "$C/src" "$OBJ" "$C/inputs"
 
     # --- 2. the source package of exactly this version ---
     deb=
@@ -204,18 +203,24 @@ if [ "$(cat "$C/inputs" 2>/dev/null)" != "$key" ] || [ ! -e "$OBJ/rust/libkernel
                 "apt install -t trixie-backports $SRCPKG=$DEBVER), or pass its .deb: --source ${SRCPKG}_${DEBVER}_all.deb"
         fi
     fi
-    mkdir -p "$C/src"
     if [ -n "$deb" ]; then
         [ -f "$deb" ] || refuse "--source $deb: no such file"
         p=$(dpkg-deb -f "$deb" Package) v=$(dpkg-deb -f "$deb" Version)
         [ "$p" = "$SRCPKG" ] && [ "$v" = "$DEBVER" ] ||
             refuse "$deb is $p $v, but kernel $KREL is $SRCPKG $DEBVER: the source must be of exactly that version"
+    fi
+    # Only now that the source is there: the old tree goes.
+    rm -rf "$C/src" "$OBJ" "$C/inputs"
+    mkdir -p "$C/src"
+    start=$(date +%s)
+    if [ -n "$deb" ]; then
         say "unpacking $deb"
         dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/src/$SRCPKG.tar.xz" | tar -xJ -C "$C/src" --strip-components=1
     else
         say "unpacking $tarball"
         tar -xJf "$tarball" -C "$C/src" --strip-components=1
     fi
+    say "unpacked in $(( $(date +%s) - start )) s"
 
     # --- 4. modules_prepare, out of tree ---
     arch=$(sed -n 's/^override ARCH = //p' "$KDIR/.kernelvariables" 2>/dev/null)
@@ -227,14 +232,14 @@ if [ "$(cat "$C/inputs" 2>/dev/null)" != "$key" ] || [ ! -e "$OBJ/rust/libkernel
     # Makefile includes from the output tree.
     [ ! -f "$KDIR/.kernelvariables" ] || cp "$KDIR/.kernelvariables" "$OBJ/.kernelvariables"
     # The kernel's make must not see the flags of a calling make (KDIR=, DROPIN=, LLVM= ...).
-    kmake=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES nice make -C "$C/src" O="$OBJ" ARCH="$arch" CROSS_COMPILE="$cross" CC="$want_cc_bin"
-        HOSTCC="${want_cc_bin#"$cross"}" KERNELRELEASE="$KREL" RUSTC="$rustc" HOSTRUSTC="$rustc"
+    kmake=(env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES nice make -C "$C/src" O="$OBJ"
+        ARCH="$arch" CROSS_COMPILE="$cross" CC="$want_cc_bin" HOSTCC="${want_cc_bin#"$cross"}" KERNELRELEASE="$KREL" RUSTC="$rustc" HOSTRUSTC="$rustc"
         BINDGEN="$bindgen" -j"${PEERMEM_JOBS:-$(nproc)}")
     start=$(date +%s)
     "${kmake[@]}" olddefconfig >&2
     "${kmake[@]}" modules_prepare >&2 ||
         refuse "make modules_prepare failed in $OBJ (see above); the kernel scripts also need libelf-dev and libssl-dev"
-    say "regenerated in $(( $(date +%s) - start )) s"
+    say "olddefconfig and modules_prepare: $(( $(date +%s) - start )) s"
     echo "$key" > "$C/inputs"
 fi
 
