@@ -118,10 +118,10 @@ want_ld=$(kconf CONFIG_LD_VERSION)
 [ "$(kconf CONFIG_CC_IS_GCC)" = y ] || refuse "kernel $KREL was not built with gcc ('$want_cc'): not supported by this step"
 [ -n "$want_rustc" ] || refuse "kernel $KREL does not record its rustc (no CONFIG_RUSTC_VERSION_TEXT in $conf)"
 
-# madison PKG PREFIX: the versions of PKG apt knows that start with PREFIX, for the messages.
+# madison PKG PREFIX: the newest version of PKG apt knows that starts with PREFIX, for the messages.
 madison() {
     command -v apt-cache >/dev/null || return 0
-    apt-cache madison "$1" 2>/dev/null | awk -F' *[|] *' -v p="$2" 'index($2, p) == 1 { print $2 }' | sort -u | tr '\n' ' '
+    apt-cache madison "$1" 2>/dev/null | awk -F' *[|] *' -v p="$2" 'index($2, p) == 1 { print $2 }' | sort -V | tail -n1
 }
 missing=()
 # rustc: the exact version text the kernel was built with, and its rust-src (the kernel builds core).
@@ -155,17 +155,17 @@ if [ -n "$want_pahole" ] && [ "$want_pahole" != 0 ]; then
     ph=$(pahole --version 2>/dev/null | tr -d 'v.' || true)
     [ "$ph" = "$want_pahole" ] || {
         pv=$((want_pahole / 100)).$((want_pahole % 100))
-        missing+=("pahole $pv (CONFIG_PAHOLE_VERSION=$want_pahole; found: ${ph:-none}). Debian: apt install dwarves=$(madison dwarves "$pv-" | awk '{ print $1 }')")
+        missing+=("pahole $pv (CONFIG_PAHOLE_VERSION=$want_pahole; found: ${ph:-none}). Debian: apt install dwarves$(v=$(madison dwarves "$pv-"); echo "${v:+=$v}")")
     }
 fi
 bindgen=
 for c in ${BINDGEN:-bindgen}; do p=$(command -v "$c" 2>/dev/null) && bindgen=$p; done
 if [ -n "$want_bindgen" ] && { [ -z "$bindgen" ] || [ "$("$bindgen" --version 2>/dev/null | head -n1)" != "$want_bindgen" ]; }; then
     bv=$(echo "$want_bindgen" | awk '{ print $2 }')
-    missing+=("'$want_bindgen' (found: ${bindgen:-none}). Debian: apt install bindgen=$(madison bindgen "$bv-" | awk '{ print $1 }') libclang-dev")
+    missing+=("'$want_bindgen' (found: ${bindgen:-none}). Debian: apt install bindgen$(v=$(madison bindgen "$bv-"); echo "${v:+=$v}") libclang-dev")
 fi
 for t in make flex bison bc perl; do command -v "$t" >/dev/null || missing+=("$t. Debian: apt install $t"); done
-[ ${#missing[@]} = 0 ] || refuse "cannot regenerate the Rust metadata of kernel $KREL: the tools it was built with are missing" \
+[ ${#missing[@]} = 0 ] || refuse "cannot regenerate the Rust metadata of kernel $KREL: it must be built with the tools that built the kernel" \
     "${missing[@]}" \
     "(also needed: libelf-dev libssl-dev, the build dependencies of kernel scripts)"
 
@@ -296,7 +296,8 @@ say "crates (name, hash, exports naming it): $(hashes "$ours")"
 [ ${#fail[@]} = 0 ] || refuse "the regenerated Rust metadata in $OBJ does NOT match kernel $KREL ($KDIR): not using it" \
     "${fail[@]}" \
     "A module built against it might not load, or might misbehave: refusing. The source ($SRCPKG $DEBVER)," \
-    "the .config and the tools must be exactly the kernel's. Remove $C to regenerate."
+    "the .config and the tools must be exactly the kernel's, and $symvers the kernel's own." \
+    "If the headers are right and the cache is suspect: remove $C to regenerate."
 
 # --- 6. the tree to build against: the regenerated one with the kernel's own symbol table ---------
 
