@@ -70,7 +70,11 @@ MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(NVIDIA_SRC) PEER_MEM_INC=$(PEER_MEM_INC) \
 	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1) \
 	$(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
 else
-# A real kernel. packaging/configure.sh finds and checks what the build needs for it (the rustc that
+# A real kernel. When its headers lack the Rust metadata (Debian's), packaging/rust-metadata.sh
+# regenerates it from the distribution's source package, verifies it against the kernel's
+# Module.symvers and gives the tree to build against instead of KDIR (cached per release in
+# PEERMEM_RUST_METADATA_CACHE, default $(PEERMEM_CACHE)/rust-metadata); otherwise KDIR is used as is.
+# packaging/configure.sh finds and checks what the build needs for it (the rustc that
 # built it, the NVIDIA open-module tree, MLNX_OFED/DOCA-OFED, their Module.symvers) and writes it to
 # $(CONFIG_MK); every kbuild call then runs in a second make that reads it (the kbuild-% rule).
 CONFIG_MK := $(BUILD)/config.mk
@@ -105,7 +109,8 @@ module: kernel $(if $(TEST_ENV),standins)
 ifdef TEST_ENV
 	+$(KMAKE) $(MODULE_ARGS) modules
 else
-	+@$(REPO)/packaging/configure.sh --kdir $(KDIR) --kernelrelease $(KREL) --out $(CONFIG_MK)
+	+@kdir=$$($(REPO)/packaging/rust-metadata.sh --kdir $(KDIR) --kernelrelease $(KREL)) && \
+		$(REPO)/packaging/configure.sh --kdir "$$kdir" --kernelrelease $(KREL) --out $(CONFIG_MK)
 	+@$(MAKE) --no-print-directory PEERMEM_CONFIG=$(CONFIG_MK) kbuild-modules
 endif
 
@@ -218,7 +223,7 @@ dkms-source:
 	mkdir -p $(DKMS_SRC)
 	cd $(REPO) && cp --parents Makefile Kbuild Cargo.toml README.md \
 		bindings/bindings.h bindings/bindgen.args bindings/shim.c bindings/shim.h \
-		$$(find src -name '*.rs') packaging/configure.sh packaging/peermem-rs-explain \
+		$$(find src -name '*.rs') packaging/configure.sh packaging/rust-metadata.sh packaging/peermem-rs-explain \
 		packaging/peermem-rs.modprobe.conf packaging/peermem-rs.modules-load.conf $(DKMS_SRC)/
 	sed -e 's/@VERSION@/$(VERSION)/' -e 's/@DROPIN@/$(if $(filter 1,$(DROPIN)),1,0)/' \
 		$(REPO)/packaging/dkms.conf.in > $(DKMS_SRC)/dkms.conf

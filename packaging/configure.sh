@@ -173,8 +173,9 @@ for f in rust/libkernel.rmeta rust/libmacros.so; do
 done
 [ ${#missing[@]} = 0 ] || refuse "kernel $KREL has CONFIG_RUST=y, but its Rust metadata is missing from $KDIR (${missing[*]})" \
     "Out-of-tree Rust modules are compiled against the kernel crate's metadata, which kernel-headers" \
-    "packages do not ship. Ubuntu: apt install linux-lib-rust-$KREL. Elsewhere: install the package of" \
-    "your distribution that provides $KDIR/rust/*.rmeta, or point KDIR at the kernel's own build directory."
+    "packages do not ship. Ubuntu: apt install linux-lib-rust-$KREL. Debian: packaging/rust-metadata.sh" \
+    "regenerates it (make KDIR=... and DKMS run it). Elsewhere: install the package of your distribution" \
+    "that provides $KDIR/rust/*.rmeta, or point KDIR at the kernel's own build directory."
 
 # Where the MLNX_OFED kernel tree keeps per-architecture builds: uname -m names, not the kernel's.
 if [ "$(kconf CONFIG_X86_64)" = y ]; then march=x86_64
