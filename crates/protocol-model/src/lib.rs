@@ -1341,7 +1341,7 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     (DOp::Map(_), 1) => "dma_map_pages: map under the API lock",
                     (DOp::Map(_), _) => "dma_map_pages: down() the pin's semaphore, link the mapping",
                     (DOp::Unmap(_), _) => "dma_unmap_pages: down() the pin's semaphore, unlink (no API lock)",
-                    (DOp::Barrier, _) => "put_pages of a stale key from a kworker (API lock only)",
+                    (DOp::Barrier, _) => "put_pages of a key that is no pin's, from a kworker (API lock only)",
                 }
             ),
             Frame::WorkItem(pc) => ["start the work item", "drop the work item's reference", "return to the workqueue core (module code)"]
