@@ -1047,7 +1047,7 @@ mod tests {
         // not waited for the teardown, and nothing may be let go yet.
         let mut r = mapped(Flavour::Invalidating);
         assert!(r.begin_callback());
-        run(&mut r, Actor::Callback, ok);
+        assert_eq!(run(&mut r, Actor::Callback, ok).1, Ok(()));
         r.begin_work();
         let mut barriers = 0;
         let (steps, _) = run(&mut r, Actor::Work, |_, op| {
