@@ -33,12 +33,12 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    Actor, Commit, HostCall, Op, Refusal, Registration, Step, Tgid, Violation,
+    Actor, Commit, HostCall, Op, Refusal, Registration, Step, Violation,
 };
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
 use crate::sg::SgEntries;
-use crate::{module, stats};
+use crate::{compat, module, stats};
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a
 /// count of live registrations.
@@ -48,7 +48,7 @@ impl ModuleRef {
     fn get() -> Option<Self> {
         // SAFETY: `this_module()` is this module's descriptor; taking a reference is always
         // allowed, and refused (false) once the module is going away.
-        if unsafe { bindings::try_module_get(module::this_module()) } {
+        if unsafe { bindings::try_module_get(compat::this_module()) } {
             stats::registration_created();
             Some(ModuleRef)
         } else {
@@ -63,7 +63,7 @@ impl Drop for ModuleRef {
         // SAFETY: drops the reference taken in `get`. When it is the last one, the code running
         // now is a host callback (the host's unregistration waits for it to return) or our work
         // item (module exit destroys the queue, waiting for it): never a driver callback.
-        unsafe { bindings::module_put(module::this_module()) };
+        unsafe { bindings::module_put(compat::this_module()) };
     }
 }
 
@@ -169,11 +169,6 @@ impl HostArgs {
             peer: None,
         }
     }
-}
-
-/// The calling task's process, as the NVIDIA driver tells processes apart.
-fn current_tgid() -> Tgid {
-    kernel::current!().tgid()
 }
 
 /// The workqueue the work items of registrations run on; module exit destroys it, waiting for a
@@ -393,7 +388,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
         let _ = p.put(range);
         return no(EINVAL_NR, Cause::UnknownLayout);
     }
-    let state = Registration::acquired(link.flavour(), range, current_tgid());
+    let state = Registration::acquired(link.flavour(), range, compat::current_tgid());
     let ctx = Arc::pin_init(
         pin_init!(RegCtx {
             link,
@@ -430,7 +425,7 @@ fn host_call(
 ) -> Result {
     let link = ctx.link;
     let range = ctx.range();
-    let begun = ctx.inner.lock().state.begin(call, current_tgid());
+    let begun = ctx.inner.lock().state.begin(call, compat::current_tgid());
     begun.map_err(|v| violation(link, name, range, v))?;
     ctx.drive(Actor::Host, args)
         .map_err(|r| refused(link, name, range, r))
@@ -517,7 +512,7 @@ pub(crate) fn release(ctx: Arc<RegCtx>) {
         .inner
         .lock()
         .state
-        .begin(HostCall::Release, current_tgid());
+        .begin(HostCall::Release, compat::current_tgid());
     if let Err(v) = begun {
         // A call of the host is still in flight for this registration: dropping the host's
         // reference could free it under that call. Keep it (a leak) and say so.

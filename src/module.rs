@@ -21,11 +21,6 @@ struct Clients {
     _persistent: ClientRegistration,
 }
 
-/// This module's descriptor.
-pub(crate) fn this_module() -> *mut bindings::module {
-    <crate::LocalModule as kernel::ModuleMetadata>::THIS_MODULE.as_ptr()
-}
-
 /// This module's name: `peermem_rs`, or `nvidia_peermem` for the drop-in build.
 fn module_name() -> &'static CStr {
     <crate::LocalModule as kernel::ModuleMetadata>::NAME
