@@ -142,9 +142,13 @@ build() {
     #    names that way): the tree ends with peermem_rs only. DKMS regenerates the Rust metadata into
     #    /var/cache/peermem-rs/rust-metadata (dkms.conf), which is linked to the cache here.
     log "$REL: make dkms-install (Debian's dkms add, build, install) in the overlay root"
+    # The driver version of the NVIDIA tree, as build-nvidia-peermem.sh reads it.
+    local nvver
+    nvver=$(sed -n 's/.*-DNV_VERSION_STRING=\\"\([^\\"]*\)\\".*/\1/p' "$nv_open/Kbuild" | head -n1)
+    [ -n "$nvver" ] || die "no NV_VERSION_STRING in $nv_open/Kbuild"
     "$IN_ROOT" bash -c '
         set -euo pipefail
-        rel=$1; ver=$2; debs=$3; b=$4; nv_open=$5; inc=$6; cache=$7; repo=$8
+        rel=$1; ver=$2; debs=$3; b=$4; nv_open=$5; inc=$6; cache=$7; repo=$8; nvver=$9
         export DEBIAN_FRONTEND=noninteractive
         mkdir -p /var/cache/peermem-rs
         ln -sfn "$cache/rust-metadata" /var/cache/peermem-rs/rust-metadata
@@ -152,7 +156,6 @@ build() {
         if [ ! -e "$cache/rust-metadata/$rel/build/rust/libkernel.rmeta" ]; then
             dpkg -i "$debs"/linux-source-*_"$ver"_all.deb >/dev/null
         fi
-        nvver=550.163.01
         ln -s "$nv_open" /usr/src/nvidia-$nvver
         mkdir -p /var/lib/dkms/nvidia/$nvver/build /usr/src/ofa_kernel/$rel/include/rdma "/lib/modules/$rel/extra"
         ln -s /usr/src/nvidia-$nvver /var/lib/dkms/nvidia/$nvver/source
@@ -172,7 +175,7 @@ build() {
         done
         dkms_install
         dkms status -m peermem-rs >&2
-    ' stock-dkms "$REL" "$VER" "$DEBS" "$out/build" "$nv_open" "$inc" "$CACHE_WORK" "$REPO_ROOT" ||
+    ' stock-dkms "$REL" "$VER" "$DEBS" "$out/build" "$nv_open" "$inc" "$CACHE_WORK" "$REPO_ROOT" "$nvver" ||
         die "installing peermem-rs with DKMS for $REL failed"
     log "$REL: headers, test modules and DKMS install done in $((SECONDS - start)) s"
 
