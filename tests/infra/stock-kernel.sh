@@ -54,9 +54,13 @@ fetch() {
     [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return 0
     log "fetching Debian's $REL ($VER) packages into $DEBS"
     mkdir -p "$DEBS" "$S"
-    # The test kernel's linux-source may be the same version: no second download.
-    for f in "$CACHE_WORK/debs/linux-source-${SERIES}_${VER}_all.deb"; do
-        [ -f "$f" ] && ln -f "$f" "$DEBS/"
+    # Packages already in the cache (the test kernel's linux-source may be the same version): no
+    # second download.
+    local p f
+    for p in "${PKGS[@]}"; do
+        for f in "$CACHE_WORK/debs/${p}_${VER}_"*.deb; do
+            [ -f "$f" ] && ln -f "$f" "$DEBS/"
+        done
     done
     "$IN_ROOT" bash -c '
         set -e; cd "$1"; ver=$2; shift 2
