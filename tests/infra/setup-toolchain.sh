@@ -106,6 +106,16 @@ for entry in "${SOURCE_PACKAGES[@]}"; do
     touch "$stamp_dir/src-$pkg"
 done
 
+# Debian's stock kernels that VM variants boot (tests/vm/topology.toml [kernels]): their packages of
+# exactly the version named there.
+python3 -c '
+import sys, tomllib
+for k in tomllib.load(open(sys.argv[1], "rb")).get("kernels", {}).values():
+    print(k["release"], k["version"])' "$REPO_ROOT/tests/vm/topology.toml" |
+while read -r rel ver; do
+    "$REPO_ROOT/tests/infra/stock-kernel.sh" fetch "$rel" "$ver"
+done
+
 "$REPO_ROOT/tests/infra/in-root" bash -c '
     clang-19 --version | head -1; rustc --version; bindgen --version; qemu-system-x86_64 --version | head -1' |
     sed 's/^/  /' >&2

@@ -5,6 +5,11 @@
 # that differential tests compare peermem-rs with, and the proof that the stand-ins are ABI-faithful.
 #
 #   tests/reference/build-nvidia-peermem.sh [DEST_DIR]      (after `make standins`)
+#   tests/reference/build-nvidia-peermem.sh --kdir KDIR --standins DIR --out DIR [DEST_DIR]
+#
+# The second form builds it for another kernel (tests/infra/stock-kernel.sh: a Debian kernel's
+# headers, with the compiler its .kernelvariables names) against stand-ins built for that kernel in
+# DIR/<stand-in>/.
 #
 # The source is nvidia-peermem.c of Debian's nvidia-open-kernel-source 550 in the cache. It is never
 # committed: the file is copied into .build/reference/nvidia-peermem/ at build time, next to a Kbuild
@@ -20,6 +25,16 @@ SRC=$NV_PKG/nvidia-peermem/nvidia-peermem.c
 NVIDIA_SRC=${NVIDIA_SRC:-$NV_PKG/nvidia}
 PEER_MEM_INC=${PEER_MEM_INC:-$REPO_ROOT/tests/standins/include}
 OUT=$REPO_ROOT/.build/reference/nvidia-peermem
+STANDINS=$REPO_ROOT/tests/standins
+KDIR=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --kdir) KDIR=$2; shift 2 ;;
+        --standins) STANDINS=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        *) break ;;
+    esac
+done
 DEST=${1:-}
 
 [ -f "$SRC" ] || die "no $SRC; run tests/infra/setup-toolchain.sh"
@@ -31,12 +46,17 @@ version=$(sed -n 's/.*-DNV_VERSION_STRING=\\"\([^\\"]*\)\\".*/\1/p' "$NV_PKG/Kbu
 # The stand-ins export ib_register_peer_memory_client and nvidia_p2p_*.
 symvers=()
 for s in nvidia_p2p peer_mem_host; do
-    f=$REPO_ROOT/tests/standins/$s/Module.symvers
+    f=$STANDINS/$s/Module.symvers
     [ -f "$f" ] || die "no $f; run 'make standins' first"
     symvers+=("$f")
 done
 
-KDIR=$("$REPO_ROOT/tests/infra/build-kernel.sh")
+# The test kernel is built with clang; another kernel's headers name their own compiler.
+kmake_args=()
+if [ -z "$KDIR" ]; then
+    KDIR=$("$REPO_ROOT/tests/infra/build-kernel.sh")
+    kmake_args=(LLVM="$LLVM_SUFFIX")
+fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
 cp "$SRC" "$OUT/nvidia-peermem.c"
@@ -52,7 +72,7 @@ ccflags-y := -I\$(src) -I$NVIDIA_SRC -I$PEER_MEM_INC/rdma \\
 KBUILD
 
 log "building nvidia-peermem.ko ($version) against the stand-ins"
-"$REPO_ROOT/tests/infra/in-root" make -s -C "$KDIR" LLVM="$LLVM_SUFFIX" M="$OUT" \
+"$REPO_ROOT/tests/infra/in-root" make -s -C "$KDIR" "${kmake_args[@]}" M="$OUT" \
     KBUILD_EXTRA_SYMBOLS="${symvers[*]}" modules >&2
 [ -f "$OUT/nvidia-peermem.ko" ] || die "the build produced no nvidia-peermem.ko"
 if [ -n "$DEST" ]; then

@@ -52,6 +52,23 @@ def topology():
         return tomllib.load(f)
 
 
+def stock_kernel(variant_name):
+    """The [kernels] entry a variant boots ({release, version, suite}), or None for the test kernel."""
+    topo = topology()
+    name = topo["variants"][variant_name].get("kernel")
+    return topo["kernels"][name] if name else None
+
+
+def kernel_image(variant_name, kdir):
+    """The kernel QEMU boots for a variant: the test kernel's bzImage, or a stock kernel's image as
+    its package ships it (tests/infra/stock-kernel.sh fetch unpacks it)."""
+    stock = stock_kernel(variant_name)
+    if stock is None:
+        return kdir / "arch/x86/boot/bzImage"
+    rel = stock["release"]
+    return CACHE_WORK / "stock" / rel / "binary/usr/lib/modules" / rel / "vmlinuz"
+
+
 def kernel_dir():
     """The cached test kernel's build directory (builds it on first use)."""
     out = subprocess.run([str(INFRA / "build-kernel.sh")], check=True, stdout=subprocess.PIPE, text=True)
@@ -113,11 +130,16 @@ def cpio(directory, out):
 
 def initramfs(payload, plan, results):
     """The base archive followed by one holding the payload under /payload (and the plan): the kernel
-    unpacks concatenated archives in order."""
+    unpacks concatenated archives in order. A payload's rootfs/ goes to the guest's / instead (a
+    stock kernel's /lib/modules)."""
     stage = results / "initramfs-stage"
     shutil.rmtree(stage, ignore_errors=True)
     if payload is not None:
         shutil.copytree(payload, stage / "payload", symlinks=True)
+        if (stage / "payload" / "rootfs").is_dir():
+            for p in (stage / "payload" / "rootfs").iterdir():
+                shutil.move(p, stage / p.name)
+            (stage / "payload" / "rootfs").rmdir()
     else:
         (stage / "payload").mkdir(parents=True)
     (stage / "payload" / "plan.sh").write_text(plan)
@@ -212,7 +234,7 @@ def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), inte
     args += ["-object", f"memory-backend-memfd,id={gpu_mem},size={machine['gpu_bar_mib']}M,share=on"]
     for dev in layout["devices"]:
         args += ["-device", dev.format(gpu_mem=gpu_mem)]
-    args += ["-kernel", str(kdir / "arch/x86/boot/bzImage"), "-initrd", str(initrd),
+    args += ["-kernel", str(kernel_image(variant_name, kdir)), "-initrd", str(initrd),
              "-append", " ".join([*cmdline, *cmdline_extra])]
     # ttyS0: the console. ttyS1: the results channel.
     if interactive:

@@ -171,17 +171,33 @@ static inline const char *modules_dir(void)
 	return d && *d ? d : "/payload/modules";
 }
 
-/* insmod $PEERMEM_MODULES/<file> with @params. Returns 0 or -errno (-EEXIST if loaded). */
+#ifndef MODULE_INIT_COMPRESSED_FILE
+#define MODULE_INIT_COMPRESSED_FILE 4
+#endif
+
+/*
+ * insmod $PEERMEM_MODULES/<file> with @params. Returns 0 or -errno (-EEXIST if loaded). A compressed
+ * module (xz, zstd, gzip: DKMS compresses what it installs for a kernel with
+ * CONFIG_MODULE_COMPRESS_*, as in the stock-kernel boots) is handed to the kernel to decompress, as
+ * kmod does.
+ */
 static inline int mod_load(const char *file, const char *params)
 {
+	static const unsigned char xz[] = { 0xfd, '7', 'z', 'X', 'Z', 0 };
+	static const unsigned char zstd[] = { 0x28, 0xb5, 0x2f, 0xfd };
+	static const unsigned char gz[] = { 0x1f, 0x8b };
+	unsigned char magic[6] = { 0 };
 	char path[512];
-	int fd, ret;
+	int fd, ret, flags = 0;
 
 	snprintf(path, sizeof(path), "%s/%s", modules_dir(), file);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	ret = syscall(SYS_finit_module, fd, params ? params : "", 0) ? -errno : 0;
+	if (pread(fd, magic, sizeof(magic), 0) == (ssize_t)sizeof(magic) &&
+	    (!memcmp(magic, xz, sizeof(xz)) || !memcmp(magic, zstd, sizeof(zstd)) || !memcmp(magic, gz, sizeof(gz))))
+		flags = MODULE_INIT_COMPRESSED_FILE;
+	ret = syscall(SYS_finit_module, fd, params ? params : "", flags) ? -errno : 0;
 	close(fd);
 	return ret;
 }

@@ -6,7 +6,7 @@
 # freshly loaded stand-ins each time. Every observation that differs must be listed in
 # `differences` with its reason and the README entry that documents it; anything else fails.
 #
-#   conformance.sh              the scenarios of this VM variant (PEERMEM_VARIANT: switch or split),
+#   conformance.sh              the scenarios of this VM variant's layout (PEERMEM_LAYOUT: switch or split),
 #                               on the peer-memory host of current kernels (sysfs=0: no
 #                               memory_peers, a second client of a name accepted)
 #   conformance.sh --memory-peers  on the host of kernels before 6.6 (sysfs=1), the scenarios where
@@ -36,11 +36,14 @@ MEMORY_PEERS_SCENARIOS="load.bad_param.persistent_api_support_2 load.name_taken.
 	reg.persistent.offset_10_3_pages free.invalidating free.persistent free.races_deregistration
 	rmmod.* legacy.* host_4_9.*"
 
-case $variant in
-switch | split) part=$variant ;;
+# The scenarios are those of the variant's PCIe layout (PEERMEM_LAYOUT: a stock-kernel boot has the
+# switch layout).
+layout=${PEERMEM_LAYOUT:-$variant}
+case $layout in
+switch | split) part=$layout ;;
 *)
 	echo "TAP version 13"
-	echo "1..0 # SKIP the conformance scenarios run in the switch and split variants, not $variant"
+	echo "1..0 # SKIP the conformance scenarios run in the switch and split layouts, not $layout"
 	exit 4
 	;;
 esac
@@ -58,7 +61,7 @@ name=conformance-$variant
 [ $findings = 1 ] && name=conformance-findings
 export CONFORMANCE_HOST=sysfs=0
 if [ $memory_peers = 1 ]; then
-	if [ "$variant" != switch ]; then
+	if [ "$part" != switch ]; then
 		echo "TAP version 13"
 		echo "1..0 # SKIP the memory_peers host runs in the switch variant only (topology is not its business)"
 		exit 4

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# A Debian stock kernel, as shipped, for a VM boot of its own (tests/vm/topology.toml [kernels]).
+#
+#   tests/infra/stock-kernel.sh fetch RELEASE VERSION      (tests/infra/setup-toolchain.sh runs it)
+#   tests/infra/stock-kernel.sh build RELEASE VERSION OUT  (tests/run_tests.py, per run)
+#
+# fetch: `apt-get download` (the build root's own apt configuration; nothing is installed, the host's
+#   apt sources are untouched) of the kernel's Debian packages of exactly VERSION into
+#   $CACHE_WORK/debs/stock-RELEASE: linux-binary (the image QEMU boots, unpacked to
+#   $CACHE_WORK/stock/RELEASE/binary), linux-modules, linux-headers, its -common, linux-kbuild,
+#   linux-base, the linux-source of that version (for the Rust metadata) and the two packages the
+#   headers depend on that the build root lacks (linux-base, gcc-14-for-host, cpp-14-for-host).
+#
+# build: into OUT, what the boot needs:
+#   OUT/modules/        the stand-ins, NVIDIA's nvidia-peermem 550 (the reference) and the
+#                       proprietary stub, built against the kernel's headers with the compiler its
+#                       headers name (.kernelvariables: Debian's gcc-14), in the build root;
+#                       peermem_rs.ko links to the DKMS-installed module below; dropin/ holds the
+#                       drop-in as `make dkms-install DROPIN=1` installed it before peermem_rs
+#                       replaced it
+#   OUT/rootfs/lib/modules/RELEASE/   what the guest gets as its /lib/modules: the module tree after
+#                       an operator's `apt install` of the kernel's headers and modules packages and
+#                       `make dkms-install` (Debian's dkms add/build/install): updates/dkms/peermem_rs.ko,
+#                       the stand-ins in extra/ (where nvidia.ko and MLNX_OFED's ib_core would be),
+#                       and the modules.* indexes depmod wrote. Debian's own .ko files are left out
+#                       (the guest loads none of them: its drivers are built in).
+#   The install runs in an overlay over the build root ($CACHE_WORK/stock/RELEASE/overlay, made
+#   afresh each time; in-root's IN_ROOT_OVERLAY): installing a kernel's headers, its modules and
+#   DKMS's state into the build root itself would change it under the test kernel's builds and
+#   under other runs using it at the same time.
+#   DKMS regenerates the kernel's missing Rust metadata with packaging/rust-metadata.sh into
+#   /var/cache/peermem-rs/rust-metadata, which is $CACHE_WORK/rust-metadata here: built once per
+#   kernel (the script keys it on the headers' version, config and tools), then only re-verified.
+source "$(dirname "$0")/common.sh"
+need_root
+
+cmd=${1:-}
+REL=${2:?usage: $0 fetch|build RELEASE VERSION [OUT]}
+VER=${3:?usage: $0 fetch|build RELEASE VERSION [OUT]}
+ABI=${REL%-*}                                   # 7.3.4+deb13
+SERIES=$(echo "${VER%%-*}" | cut -d. -f1,2)     # 7.3
+DEBS=$CACHE_WORK/debs/stock-$REL
+S=$CACHE_WORK/stock/$REL
+IN_ROOT=$REPO_ROOT/tests/infra/in-root
+# The packages of exactly VERSION, and the dependencies of the headers the build root lacks (taken
+# at the build root's candidate version).
+PKGS=(linux-binary-$REL linux-modules-$REL linux-headers-$REL linux-headers-$ABI-common
+      linux-kbuild-$ABI linux-base-$REL linux-source-$SERIES)
+DEPS=(linux-base gcc-14-for-host cpp-14-for-host)
+
+fetch() {
+    local stamp=$S/.fetched
+    local want="$VER ${PKGS[*]} ${DEPS[*]}"
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return 0
+    log "fetching Debian's $REL ($VER) packages into $DEBS"
+    mkdir -p "$DEBS" "$S"
+    # Packages already in the cache (the test kernel's linux-source may be the same version): no
+    # second download.
+    local p f
+    for p in "${PKGS[@]}"; do
+        for f in "$CACHE_WORK/debs/${p}_${VER}_"*.deb; do
+            [ -f "$f" ] && ln -f "$f" "$DEBS/"
+        done
+    done
+    "$IN_ROOT" bash -c '
+        set -e; cd "$1"; ver=$2; shift 2
+        for p in "$@"; do
+            [ "$p" = -- ] && { ver=; continue; }
+            ls "${p}_"*.deb >/dev/null 2>&1 && continue
+            apt-get download -qq -o APT::Sandbox::User=root "$p${ver:+=$ver}" ||
+                { echo "cannot download $p${ver:+=$ver}: is it still in the archive?" >&2; exit 1; }
+        done' fetch "$DEBS" "$VER" "${PKGS[@]}" -- "${DEPS[@]}" || die "fetching $REL failed"
+    rm -rf "$S/binary"
+    dpkg-deb -x "$DEBS/linux-binary-${REL}_${VER}_amd64.deb" "$S/binary"
+    [ -f "$S/binary/usr/lib/modules/$REL/vmlinuz" ] || die "no /usr/lib/modules/$REL/vmlinuz in linux-binary-$REL"
+    echo "$want" > "$stamp"
+}
+
+build() {
+    local out=${1:?usage: $0 build RELEASE VERSION OUT}
+    fetch
+    local kdir=/usr/src/linux-headers-$REL
+    local nv_open=$CACHE_WORK/src/nvidia-open-kernel-source/modules/nvidia-open-kernel
+    local inc=$REPO_ROOT/tests/standins/include
+    local version
+    version=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml")
+    rm -rf "$out"
+    mkdir -p "$out/modules/dropin" "$out/modules/packaging/dkms" "$out/build"
+    # One overlay root per kernel, made afresh; one run at a time uses it. Every in-root call below
+    # runs in it.
+    exec 8>"$CACHE_WORK/stock/$REL.lock"
+    flock 8
+    rm -rf "$S/overlay"
+    export IN_ROOT_OVERLAY=$S/overlay
+    local start=$SECONDS
+
+    # 1. As an operator: apt install linux-headers-REL (with -common, linux-kbuild, linux-base) and
+    #    linux-modules-REL. linux-image-REL itself is not installed: it only adds an initramfs
+    #    generator and the image, and the VM boots the image with busybox instead.
+    log "$REL: apt install of its headers and modules packages, in an overlay root"
+    "$IN_ROOT" bash -c '
+        set -euo pipefail
+        rel=$1; ver=$2; debs=$3
+        export DEBIAN_FRONTEND=noninteractive
+        # dpkg -i of the fetched packages: what apt install does, without apt preferring to fetch
+        # the same versions from the archive again.
+        dpkg -i \
+            "$debs"/linux-headers-*_"$ver"_*.deb "$debs"/linux-kbuild-*_"$ver"_*.deb \
+            "$debs"/linux-base-"$rel"_*.deb "$debs"/linux-modules-*_"$ver"_*.deb \
+            "$debs"/linux-base_*.deb "$debs"/gcc-14-for-host_*.deb "$debs"/cpp-14-for-host_*.deb >/dev/null
+        [ -f "/lib/modules/$rel/build/Makefile" ] || { echo "no /lib/modules/$rel/build after installing the headers" >&2; exit 1; }
+        grep CONFIG_CC_VERSION_TEXT "/lib/modules/$rel/build/.config" >&2
+    ' stock-apt "$REL" "$VER" "$DEBS" >&2 || die "installing the packages of $REL failed"
+
+    # 2. The test modules, against the installed headers, with the compiler they name
+    #    (.kernelvariables: Debian's gcc-14). In a copy: the stand-ins' own directories hold the
+    #    test kernel's build. Each is built against the symbols of those before it, in the
+    #    Makefile's order.
+    log "$REL: building the stand-ins, NVIDIA's nvidia-peermem and the proprietary stub against its headers"
+    cp -r "$REPO_ROOT/tests/standins" "$out/build/standins"
+    cp -r "$REPO_ROOT/tests/packaging/proprietary_nvidia" "$out/build/proprietary_nvidia"
+    local standins
+    standins=$(sed -n 's/^STANDINS := //p' "$REPO_ROOT/Makefile")
+    "$IN_ROOT" bash -c '
+        set -e; kdir=$1; b=$2; inc=$3; nv=$4; shift 4
+        syms=""
+        for s in "$@"; do
+            [ -f "$b/standins/$s/Kbuild" ] || continue
+            make -s -C "$kdir" M="$b/standins/$s" PEER_MEM_INC="$inc" NVIDIA_SRC="$nv" KBUILD_EXTRA_SYMBOLS="$syms" modules
+            syms="$syms $b/standins/$s/Module.symvers"
+        done
+        make -s -C "$kdir" M="$b/proprietary_nvidia" NVIDIA_SRC="$nv" modules
+    ' stock-standins "$kdir" "$out/build" "$inc" "$nv_open/nvidia" $standins >&2 ||
+        die "building the stand-ins for $REL failed"
+    cp "$out"/build/standins/*/*.ko "$out/modules/"
+    cp "$out/build/proprietary_nvidia/nvidia.ko" "$out/modules/packaging/nvidia.ko"
+    "$REPO_ROOT/tests/reference/build-nvidia-peermem.sh" --kdir "$kdir" --standins "$out/build/standins" \
+        --out "$out/build/reference" "$out/modules" >/dev/null
+
+    # 3. The NVIDIA driver and MLNX_OFED as their packages lay them out: the open-module source in
+    #    /usr/src/nvidia-<version> with the DKMS tree of its build, the OFED kernel headers in
+    #    /usr/src/ofa_kernel/<release>; their modules (the stand-ins, built for this kernel) in
+    #    /lib/modules/<release>/extra, so that depmod links peermem_rs to them. Then make
+    #    dkms-install from the checkout, for that kernel: first the drop-in (kept for the drop-in
+    #    tests), then peermem_rs, which makes DKMS remove the drop-in (the Makefile switches module
+    #    names that way): the tree ends with peermem_rs only. DKMS regenerates the Rust metadata into
+    #    /var/cache/peermem-rs/rust-metadata (dkms.conf), which is linked to the cache here.
+    log "$REL: make dkms-install (Debian's dkms add, build, install) in the overlay root"
+    # The driver version of the NVIDIA tree, as build-nvidia-peermem.sh reads it.
+    local nvver
+    nvver=$(sed -n 's/.*-DNV_VERSION_STRING=\\"\([^\\"]*\)\\".*/\1/p' "$nv_open/Kbuild" | head -n1)
+    [ -n "$nvver" ] || die "no NV_VERSION_STRING in $nv_open/Kbuild"
+    "$IN_ROOT" bash -c '
+        set -euo pipefail
+        rel=$1; ver=$2; debs=$3; b=$4; nv_open=$5; inc=$6; cache=$7; repo=$8; nvver=$9
+        export DEBIAN_FRONTEND=noninteractive
+        mkdir -p /var/cache/peermem-rs
+        ln -sfn "$cache/rust-metadata" /var/cache/peermem-rs/rust-metadata
+        # The kernel source, only when the cache has no tree for this kernel yet (else not read).
+        if [ ! -e "$cache/rust-metadata/$rel/build/rust/libkernel.rmeta" ]; then
+            dpkg -i "$debs"/linux-source-*_"$ver"_all.deb >/dev/null
+        fi
+        ln -s "$nv_open" /usr/src/nvidia-$nvver
+        mkdir -p /var/lib/dkms/nvidia/$nvver/build /usr/src/ofa_kernel/$rel/include/rdma "/lib/modules/$rel/extra"
+        ln -s /usr/src/nvidia-$nvver /var/lib/dkms/nvidia/$nvver/source
+        cp "$b/standins/nvidia_p2p/Module.symvers" /var/lib/dkms/nvidia/$nvver/build/
+        cp "$inc/rdma/peer_mem.h" /usr/src/ofa_kernel/$rel/include/rdma/
+        cp "$b/standins/peer_mem_host/Module.symvers" /usr/src/ofa_kernel/$rel/
+        cp "$b"/standins/*/*.ko "/lib/modules/$rel/extra/"
+        cd "$repo"
+        dkms_install() {
+            make -s dkms-install KDIR=/lib/modules/$rel/build "$@" >&2 || {
+                cat /var/lib/dkms/peermem-rs/*/"$rel"/*/log/make.log >&2 2>/dev/null || true; return 1; }
+        }
+        dkms_install DROPIN=1
+        mkdir -p "$b/dropin"
+        for f in /lib/modules/$rel/updates/dkms/nvidia-peermem.ko*; do
+            case $f in *.xz) xz -dc "$f" ;; *.zst) zstd -dcq "$f" ;; *) cat "$f" ;; esac > "$b/dropin/nvidia-peermem.ko"
+        done
+        dkms_install
+        dkms status -m peermem-rs >&2
+    ' stock-dkms "$REL" "$VER" "$DEBS" "$out/build" "$nv_open" "$inc" "$CACHE_WORK" "$REPO_ROOT" "$nvver" ||
+        die "installing peermem-rs with DKMS for $REL failed"
+    log "$REL: headers, test modules and DKMS install done in $((SECONDS - start)) s"
+
+    local mods=$S/overlay/upper/usr/lib/modules/$REL
+    local ko
+    ko=$(cd "$mods" && ls updates/dkms/peermem_rs.ko* 2>/dev/null | head -n1)
+    [ -n "$ko" ] || die "DKMS left no updates/dkms/peermem_rs.ko in /lib/modules/$REL"
+    mkdir -p "$out/rootfs/lib/modules/$REL"
+    (cd "$mods" && cp -a modules.* updates extra "$out/rootfs/lib/modules/$REL/")
+    ln -s "/lib/modules/$REL/$ko" "$out/modules/peermem_rs.ko"
+    ln -s "/lib/modules/$REL/$ko" "$out/modules/packaging/dkms/peermem_rs.ko"
+    [ -s "$out/build/dropin/nvidia-peermem.ko" ] || die "DKMS installed no drop-in nvidia-peermem.ko"
+    cp "$out/build/dropin/nvidia-peermem.ko" "$out/modules/dropin/"
+    cp "$out/build/dropin/nvidia-peermem.ko" "$out/modules/packaging/dkms/nvidia-peermem.ko"
+    echo "$version" > "$out/modules/packaging/VERSION"
+}
+
+case $cmd in
+    fetch) fetch ;;
+    build) build "${4:-}" ;;
+    *) die "usage: $0 fetch|build RELEASE VERSION [OUT]" ;;
+esac
