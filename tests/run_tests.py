@@ -56,9 +56,9 @@ def new_run_dir():
 # variant, running every collection that asks for that variant. A collection names its variants in a
 # `variants` file next to its Makefile, one per line; without one it runs in "switch" only. A line
 # `variant: test ...` runs only those tests there: the ones that topology can tell anything new.
-# stock-7.3 boots Debian's stock kernel instead of the test kernel (topology.toml [kernels]); it
-# comes second so that its build (stock_payload) overlaps the switch boot.
-VARIANT_ORDER = ["switch", "stock-7.3", "switch-iommu", "split"]
+# stock-7.3 and stock-7.2 boot Debian's stock kernels instead of the test kernel (topology.toml
+# [kernels]); stock-7.3 comes second so that its build (stock_payload) overlaps the switch boot.
+VARIANT_ORDER = ["switch", "stock-7.3", "switch-iommu", "split", "stock-7.2"]
 
 
 def boots():
