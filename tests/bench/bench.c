@@ -10,7 +10,7 @@
  *   bench latency LABEL RUNS SIZE...        reg/dereg latency; the provider's calls and time
  *   bench invalidation LABEL RUNS SIZE...   cudaFree to the NIC's memory key revoked
  *   bench throughput LABEL SECONDS SIZE THREADS...   registrations per second
- *   bench memory LABEL N SIZE               kernel memory (slab) per live registration
+ *   bench memory LABEL N SIZE               kernel memory (unreclaimable slab) per live registration
  *   bench selftest                          the unit checks of this file's helpers
  *
  * Records (space-separated, first word the kind):
@@ -18,9 +18,10 @@
  *       C: calls of get_pages, get_pages_persistent, put_pages, put_pages_persistent,
  *       dma_map_pages, dma_unmap_pages during the registration (reg) or the deregistration
  *       (dereg); N: nanoseconds spent inside each; MODEL: the cost model's share
- *   inv LABEL SIZE RUN NS
+ *   inv LABEL SIZE RUN NS free C*6 N*6 MODEL    (the provider's calls during the cudaFree: the
+ *       client's invalidation calls them from the free callback)
  *   tput LABEL SIZE THREADS REGISTRATIONS NS
- *   mem LABEL SIZE N SLAB_KB_BEFORE SLAB_KB_AFTER
+ *   mem LABEL SIZE N SUNRECLAIM_KB_BEFORE SUNRECLAIM_KB_AFTER
  * SIZE accepts K/M/G suffixes (powers of 1024).
  */
 #define _GNU_SOURCE
@@ -291,6 +292,7 @@ static void invalidation(const char *label, int runs, char **sizes, int nsizes)
 		if (!size)
 			fatal("not a size: %s", sizes[s]);
 		for (int run = -WARMUP; run < runs; run++) {
+			struct provider p0, p1, d;
 			struct pmh_query_mr q;
 			struct gpu_buf b;
 			uint64_t t0;
@@ -299,9 +301,11 @@ static void invalidation(const char *label, int runs, char **sizes, int nsizes)
 
 			buf_alloc(&b, gpu, size);
 			h = reg(pmh, b.va, size);
+			provider_read(&p0);
 			t0 = now_ns();
 			if (ioctl(gpu, NVP2P_IOC_FREE, &b.handle))
 				fatal("cudaFree: %s", strerror(errno));
+			provider_read(&p1);
 			ret = pmh_query(pmh, h, &q, NULL, 0);
 			if (ret)
 				fatal("query of MR %llu: %s", (unsigned long long)h, strerror(-ret));
@@ -313,9 +317,13 @@ static void invalidation(const char *label, int runs, char **sizes, int nsizes)
 			dereg(pmh, h);
 			if (munmap(b.va, size))
 				fatal("munmap: %s", strerror(errno));
-			if (run >= 0)
-				printf("inv %s %llu %d %llu\n", label, (unsigned long long)size, run,
-				       (unsigned long long)(q.invalidated_ns - t0));
+			if (run < 0)
+				continue;
+			d = provider_delta(&p0, &p1);
+			printf("inv %s %llu %d %llu free", label, (unsigned long long)size, run,
+			       (unsigned long long)(q.invalidated_ns - t0));
+			provider_print(&d);
+			printf("\n");
 		}
 		fflush(stdout);
 		check_clear("invalidation");
@@ -411,24 +419,28 @@ static void throughput(const char *label, int seconds, uint64_t size, char **thr
 	close(gpu);
 }
 
-/* Slab (SReclaimable + SUnreclaim) of /proc/meminfo, in kB. */
+/*
+ * SUnreclaim of /proc/meminfo, in kB: the unreclaimable slab, where every object of a registration
+ * lives (kmalloc and kmem caches of the client, the host and the provider). The reclaimable part
+ * (dentries, inodes) moves with whatever else the guest does, and dropping caches to steady it
+ * would move it more.
+ */
 static long long slab_kb(void)
 {
 	char buf[8192], *p;
 
 	if (read_text("/proc/meminfo", buf, sizeof(buf)))
 		fatal("cannot read /proc/meminfo");
-	p = strstr(buf, "\nSlab:");
+	p = strstr(buf, "\nSUnreclaim:");
 	if (!p)
-		fatal("no Slab: line in /proc/meminfo");
-	return strtoll(p + 6, NULL, 10);
+		fatal("no SUnreclaim: line in /proc/meminfo");
+	return strtoll(p + 12, NULL, 10);
 }
 
+/* Let deferred frees (RCU, work items) finish before a reading. */
 static void settle(void)
 {
-	sync();
-	write_text("/proc/sys/vm/drop_caches", "3");
-	usleep(200 * 1000);
+	usleep(500 * 1000);
 }
 
 static void memory(const char *label, int n, uint64_t size)

@@ -71,10 +71,13 @@ R=/results/raw.txt
 : > $R
 fail() {{ echo "BENCH-FAIL: $*"; exit 1; }}
 {{ uname -r; nproc; cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l; }} > /results/env.txt
-for cost in 0 1; do
-  for spec in {clients}; do
-    label=${{spec%%:*}}
-    echo "bench: $label cost_model=$cost"
+# Two rounds, the clients in opposite orders, so that whatever drifts during a boot (the IOMMU's
+# IOVA and page-table state, the host's other load) does not favour the client that runs first.
+for round in 1 2; do
+ for cost in 0 1; do
+  [ $round = 1 ] && order="{clients}" || order="{clients_reversed}"
+  for label in $order; do
+    echo "bench: round $round $label cost_model=$cost"
     insmod $M/nvidia_p2p_standin.ko cost_model=$cost || fail "insmod nvidia_p2p_standin"
     insmod $M/peer_mem_host.ko || fail "insmod peer_mem_host"
     case $label in
@@ -91,11 +94,12 @@ for cost in 0 1; do
     if [ $cost = 0 ]; then
       $B memory $label:$cost {mem_n} 64K >> $R || fail "memory $label"
     fi
-    echo "bench: $label cost_model=$cost took $(awk -v a=$t0 -v b=$(cut -d' ' -f1 /proc/uptime) 'BEGIN {{ print b - a }}') s"
+    echo "bench: round $round $label cost_model=$cost took $(awk -v a=$t0 -v b=$(cut -d' ' -f1 /proc/uptime) 'BEGIN {{ print b - a }}') s"
     for m in peermem_rs nvidia_peermem peer_mem_host nvidia_p2p_standin; do
       [ -e /sys/module/$m/initstate ] && {{ rmmod $m || fail "rmmod $m"; }}
     done
   done
+ done
 done
 echo BENCH-DONE
 """
@@ -159,7 +163,9 @@ def parse(text):
                 lat.append(r)
             elif f[0] == "inv":
                 label, cost = f[1].split(":")
-                inv.append({"client": label, "cost": int(cost), "size": int(f[2]), "ns": int(f[4])})
+                assert f[5] == "free" and len(f) == 19, "field layout"
+                inv.append({"client": label, "cost": int(cost), "size": int(f[2]), "ns": int(f[4]),
+                            "calls": [int(x) for x in f[6:12]], "fn_ns": [int(x) for x in f[12:18]]})
             elif f[0] == "tput":
                 label, cost = f[1].split(":")
                 tput.append({"client": label, "cost": int(cost), "size": int(f[2]), "threads": int(f[3]),
@@ -211,7 +217,7 @@ def check_self():
     assert size_name(65536) == "64 KiB" and size_name(1 << 30) == "1 GiB" and size_name(3 << 20) == "3 MiB"
     line = ("lat rs-p:1 65536 0 1000 500 reg 0 1 0 0 1 0 0 300 0 0 200 0 100 "
             "dereg 0 0 0 1 0 1 0 0 0 50 0 40 30")
-    d = parse(line + "\n" + line.replace(" 0 1000 ", " 1 3000 ") + "\ninv nv:0 65536 0 777\n"
+    d = parse(line + "\n" + line.replace(" 0 1000 ", " 1 3000 ") + "\ninv nv:0 65536 0 777 free 0 0 1 0 0 1 0 0 30 0 0 20 0\n"
               "tput nv:1 65536 2 100 1000000000\nmem rs-i:0 65536 1024 1000 1064\n")
     assert len(d["lat"]) == 2 and d["lat"][0]["reg_calls"] == [0, 1, 0, 0, 1, 0]
     assert d["lat"][0]["reg_fn_ns"] == [0, 300, 0, 0, 200, 0] and d["lat"][0]["reg_model_ns"] == 100
@@ -219,6 +225,7 @@ def check_self():
     s = summarize(d)[("rs-p", 1, 65536)]
     assert s["reg"]["median"] == 2000 and s["reg"]["p99"] == 3000 and s["reg"]["provider"] == 500
     assert s["reg"]["own"] == 1500 and s["reg"]["calls"][1] == [1]
+    assert d["inv"][0]["calls"] == [0, 0, 1, 0, 0, 1] and d["inv"][0]["fn_ns"][5] == 20
     assert d["inv"][0]["ns"] == 777 and d["tput"][0]["threads"] == 2 and d["mem"][0]["after_kb"] == 1064
     for bad in ("lat rs-p:1 65536 0 1000", "xyz 1", "inv nv 1 2 3"):
         try:
@@ -314,7 +321,8 @@ def report(data, meta):
         "NIC), one peer-memory client loaded at a time. A registration is the host stand-in's "
         "REG_MR ioctl on GPU memory, timed in the guest from the call to its return (what "
         "`ibv_reg_mr` costs an application, minus the verbs library); deregistration likewise. "
-        f"{meta['runs']} runs per size after 2 warm-up runs, the same GPU allocation re-registered. "
+        f"{meta['runs']} runs per size and round after 2 warm-up runs, the same GPU allocation re-registered, "
+        "in two rounds with the clients in opposite orders (pooled: twice as many runs per figure). "
         "p99 is the nearest-rank 99th percentile: with 30 runs, the slowest run. The cost model "
         "(tests/standins/nvidia_p2p/README.md, \"Cost model\") makes each pin and unpin cost what "
         "nvidia.ko's does on a V100 (GDRCopy's figures, interpolated per 64 KiB page): with it off, "
@@ -435,26 +443,42 @@ def report(data, meta):
     if inv:
         lines += ["## Invalidation latency (cudaFree to the NIC's key revoked), µs", "",
                   "From the guest's clock before `NVP2P_IOC_FREE` to the host stand-in's timestamp when "
-                  "the client's invalidation reached the MR and revoked it (ktime, same clock).", "",
-                  "| size | model | rs-i median / p99 | nv median / p99 | ratio (median) |", "|---|---|---|---|---|"]
+                  "the client's invalidation reached the MR and revoked it (ktime, same clock). The "
+                  "provider calls the client makes during the whole cudaFree (from its free callback) "
+                  "are listed; the revocation itself comes first.", "",
+                  "| size | model | rs-i median / p99 | nv median / p99 | ratio (median) | calls during the free: rs-i; nv |",
+                  "|---|---|---|---|---|---|"]
+        short = ["gp", "gpp", "pp", "ppp", "dm", "du"]
+        inv_calls = {}
+        for r in data["inv"]:
+            inv_calls.setdefault((r["client"], r["cost"], r["size"]), set()).add(
+                " ".join(f"{short[i]}{v}" for i, v in enumerate(r["calls"]) if v) or "none")
         for size in sorted({k[2] for k in inv}):
             for cost in (1, 0):
                 a, b = inv.get(("rs-i", cost, size)), inv.get(("nv", cost, size))
                 if not a or not b:
                     continue
                 r = ratio(median(a), median(b))
+                ci = "/".join(sorted(inv_calls[("rs-i", cost, size)]))
+                cn = "/".join(sorted(inv_calls[("nv", cost, size)]))
                 if r > 1.0:
                     missed.append(f"invalidation {size_name(size)} cost model {'on' if cost else 'off'}: {r:.2f}x")
                 lines.append(f"| {size_name(size)} | {'on' if cost else 'off'} | {fmt_us(median(a))} / "
                              f"{fmt_us(percentile(a, 99))} | {fmt_us(median(b))} / {fmt_us(percentile(b, 99))} | "
-                             f"{r:.2f}{'' if r <= 1.0 else ' ✗'} |")
+                             f"{r:.2f}{'' if r <= 1.0 else ' ✗'} | {ci}; {cn} |")
         lines.append("")
 
     # Throughput.
     if data["tput"]:
-        tp = {(r["client"], r["cost"], r["threads"]): r["regs"] / (r["ns"] / 1e9) for r in data["tput"]}
+        agg = {}
+        for r in data["tput"]:
+            regs, ns = agg.get((r["client"], r["cost"], r["threads"]), (0, 0))
+            agg[(r["client"], r["cost"], r["threads"])] = (regs + r["regs"], ns + r["ns"])
+        # Both rounds pooled: all registrations over all the time.
+        tp = {k: regs / (ns / 1e9) for k, (regs, ns) in agg.items()}
         lines += ["## Registration throughput, 64 KiB registrations per second (each thread its own "
-                  f"buffer and file; register then deregister, {meta['seconds']} s per point)", "",
+                  f"buffer and file; register then deregister, {meta['seconds']} s per point and round, both "
+                  "rounds pooled)", "",
                   "| threads | model | rs-p | rs-i | nv | rs-p / nv | rs-i / nv |", "|---|---|---|---|---|---|---|"]
         for t in THREADS:
             for cost in (1, 0):
@@ -475,19 +499,23 @@ def report(data, meta):
     # Memory.
     if data["mem"]:
         lines += ["## Kernel memory per live registration", "",
-                  "`Slab:` of /proc/meminfo before and after N live 64 KiB registrations of distinct "
-                  "GPU memory (caches dropped before each reading), divided by N. It counts the whole "
-                  "stack's slab: the client's, the host stand-in's MR and SG table, and the NVIDIA "
-                  "stand-in's pin, page table and DMA mapping (whose sizes differ by the calls the "
-                  "client makes).", "",
-                  "| client | N | slab delta | per registration | ratio to nv |", "|---|---|---|---|---|"]
-        per = {r["client"]: (r["after_kb"] - r["before_kb"]) * 1024 / r["n"] for r in data["mem"]}
+                  "`SUnreclaim:` of /proc/meminfo (the unreclaimable slab) before and after N live 64 KiB "
+                  "registrations of distinct GPU memory, divided by N; once per round, cost model off. "
+                  "It counts the whole stack: the client's objects, the host stand-in's MR and SG "
+                  "table, and the NVIDIA stand-in's pin, page table and DMA mapping (whose number "
+                  "depends on the calls the client makes).", "",
+                  "| client | N | SUnreclaim delta per round | per registration (mean) | ratio to nv |",
+                  "|---|---|---|---|---|"]
+        per = {}
         for r in data["mem"]:
-            c = r["client"]
-            rr = ratio(per[c], per["nv"]) if "nv" in per else float("nan")
+            per.setdefault(r["client"], []).append(((r["after_kb"] - r["before_kb"]) * 1024 / r["n"],
+                                                    r["after_kb"] - r["before_kb"], r["n"]))
+        mean = {c: sum(x[0] for x in v) / len(v) for c, v in per.items()}
+        for c, v in per.items():
+            rr = ratio(mean[c], mean["nv"]) if "nv" in mean else float("nan")
             if c != "nv" and rr > 1.0:
                 missed.append(f"memory per registration {c}: {rr:.2f}x")
-            lines.append(f"| {c} | {r['n']} | {r['after_kb'] - r['before_kb']} kB | {per[c]:.0f} B | "
+            lines.append(f"| {c} | {v[0][2]} | {', '.join(f'{x[1]} kB' for x in v)} | {mean[c]:.0f} B | "
                          f"{'' if c == 'nv' else f'{rr:.2f}'} |")
         lines.append("")
 
@@ -563,7 +591,7 @@ def main():
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
     ap.add_argument("--inv-sizes", default="64K,16M")
     ap.add_argument("--seconds", type=int, default=3, help="seconds per throughput point")
-    ap.add_argument("--mem-n", type=int, default=1024, help="live registrations for the memory figure")
+    ap.add_argument("--mem-n", type=int, default=2048, help="live registrations for the memory figure")
     ap.add_argument("--bar-mib", type=int, default=2048, help="GPU BAR (a power of two; 1 GiB needs 2048)")
     ap.add_argument("--timeout", type=int, default=5400)
     ap.add_argument("--report-only", action="store_true")
@@ -582,7 +610,8 @@ def main():
         kdir = vm.kernel_dir()
         accel, reason = vm.choose_accel(kdir)
         build(kdir)
-        plan = PLAN.format(clients=" ".join(c[0] for c in CLIENTS), runs=a.runs,
+        plan = PLAN.format(clients=" ".join(c[0] for c in CLIENTS),
+                           clients_reversed=" ".join(c[0] for c in reversed(CLIENTS)), runs=a.runs,
                            sizes=" ".join(a.sizes.split(",")), inv_sizes=" ".join(a.inv_sizes.split(",")),
                            seconds=a.seconds, threads=" ".join(map(str, THREADS)), mem_n=a.mem_n)
         load_before = host_load()

@@ -308,22 +308,26 @@ u64 standin_cost_ns(enum standin_cost what, u32 pages)
  * RM API lock, so that the calls it serialises queue behind it as they do behind nvidia.ko's.
  * A busy wait on the clock, not a sleep: RM's time is CPU time (it builds the BAR1 mappings and
  * page tables itself) and holds a CPU while other tasks wait on the lock; a sleep would also end
- * late by the timer's slack, which under TCG is tens of microseconds. It yields the CPU only when
- * the scheduler asks (the API lock is a sleeping lock), as long RM work does.
+ * late by the timer's slack, which under TCG is tens of microseconds. Like a long kernel loop it
+ * offers the CPU (cond_resched; the API lock is a sleeping lock) once a millisecond, not more
+ * often: every yield to another task would lengthen the wait, and the lock's hold, past the model.
  */
 void standin_cost(enum standin_cost what, u32 pages)
 {
-	u64 ns, start, end;
+	u64 start, end, now, yielded;
 
 	if (!READ_ONCE(cost_model))
 		return;
 	might_sleep();
-	ns = standin_cost_ns(what, pages);
 	start = ktime_get_ns();
-	end = start + ns;
-	while (ktime_get_ns() < end) {
+	end = start + standin_cost_ns(what, pages);
+	yielded = start;
+	while ((now = ktime_get_ns()) < end) {
 		cpu_relax();
-		cond_resched();
+		if (now - yielded >= NSEC_PER_MSEC) {
+			cond_resched();
+			yielded = now;
+		}
 	}
 	count_add(cost_model_ns, ktime_get_ns() - start);
 }
