@@ -7,13 +7,16 @@
  * does not judge. Any failure (a registration refused, a counter unreadable, something left
  * live) is fatal: it prints "bench: FATAL ..." and exits 1, and bench.py fails the run.
  *
- *   bench latency LABEL RUNS SIZE...        reg/dereg latency; the provider's calls and time
+ *   bench latency-plain LABEL RUNS SIZE...  reg/dereg latency, the calls back to back
+ *   bench latency LABEL RUNS SIZE...        the same with the provider's calls and time, read
+ *                                           from its debugfs counters around each call
  *   bench invalidation LABEL RUNS SIZE...   cudaFree to the NIC's memory key revoked
  *   bench throughput LABEL SECONDS SIZE THREADS...   registrations per second
  *   bench memory LABEL N SIZE               kernel memory (unreclaimable slab) per live registration
  *   bench selftest                          the unit checks of this file's helpers
  *
  * Records (space-separated, first word the kind):
+ *   latp LABEL SIZE RUN REG_NS DEREG_NS
  *   lat LABEL SIZE RUN REG_NS DEREG_NS reg C*6 N*6 MODEL dereg C*6 N*6 MODEL
  *       C: calls of get_pages, get_pages_persistent, put_pages, put_pages_persistent,
  *       dma_map_pages, dma_unmap_pages during the registration (reg) or the deregistration
@@ -238,7 +241,12 @@ static int open_both(int *gpu)
 
 #define WARMUP 2
 
-static void latency(const char *label, int runs, char **sizes, int nsizes)
+/*
+ * @counted: read the provider's counters around each call (lat records, for where the time goes);
+ * otherwise time the calls alone, back to back (latp records), as an application makes them:
+ * reading debugfs between the calls changes what the calls cost under TCG.
+ */
+static void latency(const char *label, int runs, char **sizes, int nsizes, bool counted)
 {
 	int gpu, pmh = open_both(&gpu);
 
@@ -254,17 +262,24 @@ static void latency(const char *label, int runs, char **sizes, int nsizes)
 			uint64_t t0, t1, t2, t3;
 			__u64 h;
 
-			provider_read(&p0);
+			if (counted)
+				provider_read(&p0);
 			t0 = now_ns();
 			h = reg(pmh, b.va, size);
 			t1 = now_ns();
-			provider_read(&p1);
+			if (counted)
+				provider_read(&p1);
 			t2 = now_ns();
 			dereg(pmh, h);
 			t3 = now_ns();
-			provider_read(&p2);
 			if (run < 0)
 				continue;
+			if (!counted) {
+				printf("latp %s %llu %d %llu %llu\n", label, (unsigned long long)size, run,
+				       (unsigned long long)(t1 - t0), (unsigned long long)(t3 - t2));
+				continue;
+			}
+			provider_read(&p2);
 			dr = provider_delta(&p0, &p1);
 			dd = provider_delta(&p1, &p2);
 			printf("lat %s %llu %d %llu %llu reg", label, (unsigned long long)size, run,
@@ -531,6 +546,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: bench latency LABEL RUNS SIZE...\n"
+		"       bench latency-plain LABEL RUNS SIZE...\n"
 		"       bench invalidation LABEL RUNS SIZE...\n"
 		"       bench throughput LABEL SECONDS SIZE THREADS...\n"
 		"       bench memory LABEL N SIZE\n"
@@ -546,7 +562,9 @@ int main(int argc, char **argv)
 	if (argc < 5)
 		usage();
 	if (!strcmp(argv[1], "latency"))
-		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4);
+		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4, true);
+	else if (!strcmp(argv[1], "latency-plain"))
+		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4, false);
 	else if (!strcmp(argv[1], "invalidation"))
 		invalidation(argv[2], atoi(argv[3]), argv + 4, argc - 4);
 	else if (!strcmp(argv[1], "throughput") && argc >= 6)
