@@ -41,8 +41,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 os.environ.setdefault("PEERMEM_KERNEL_FLAVOUR", "bench")
+sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "vm"))
 
+import ktap  # noqa: E402
 import vm  # noqa: E402
 
 OUT = REPO / ".build" / "bench"
@@ -61,6 +63,7 @@ CLIENTS = [  # label, description, insmod arguments, invalidating
 ]
 MODNAME = {"rs-p": "peermem_rs", "rs-i": "peermem_rs", "nv": "nvidia_peermem"}
 DEFAULT_SIZES = "64K,256K,1M,4M,16M,64M,256M,1G"
+NOTES = "<!-- notes: hand-written, kept by bench.py across runs; check them against the figures above -->"
 THREADS = [1, 2, 8]
 
 PLAN = r"""
@@ -656,6 +659,12 @@ def main():
             raise SystemExit(f"bench: the guest did not finish (plan exit {res.plan_rc}, "
                              f"{'timed out' if res.timed_out else 'qemu exit ' + str(res.qemu_rc)}); "
                              f"logs in {RESULTS}\n{tail}")
+        # A kernel splat during the run is an error too: figures taken next to one mean nothing.
+        dmesg = (RESULTS / "dmesg").read_text(errors="replace") if (RESULTS / "dmesg").exists() else res.console
+        splats = [line for line in dmesg.splitlines() if ktap.SPLAT.search(line)]
+        if splats:
+            raise SystemExit("bench: kernel splat during the run; logs in {}\n{}".format(
+                RESULTS, "\n".join(splats[:10])))
         env = (RESULTS / "env.txt").read_text().split("\n")
         cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                     if line.startswith("model name")), platform.machine())
@@ -678,6 +687,10 @@ def main():
     if not data["lat"]:
         raise SystemExit("bench: no latency records")
     text, svg, missed = report(data, meta)
+    # A hand-written reading of a run (below NOTES in BENCHMARKS.md) is kept, marked as such.
+    old = DOC.read_text() if DOC.exists() else ""
+    if NOTES in old:
+        text += "\n" + NOTES + old.split(NOTES, 1)[1]
     DOC.write_text(text)
     SVG.write_text(svg)
     vm.log(f"bench: wrote {DOC} and {SVG}; {len(missed)} target(s) missed; whole run "
