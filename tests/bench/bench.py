@@ -647,6 +647,10 @@ def main():
                            clients_reversed=" ".join(c[0] for c in reversed(CLIENTS)), runs=a.runs,
                            sizes=" ".join(a.sizes.split(",")), inv_sizes=" ".join(a.inv_sizes.split(",")),
                            seconds=a.seconds, threads=" ".join(map(str, THREADS)), mem_n=a.mem_n)
+        # vm.boot empties the results directory: keep the previous run's raw records.
+        if (RESULTS / "raw.txt").exists():
+            shutil.rmtree(OUT / "results.previous", ignore_errors=True)
+            shutil.copytree(RESULTS, OUT / "results.previous")
         load_before = host_load()
         vm.log(f"bench: booting switch-iommu ({accel}; {load_before}), GPU BAR {a.bar_mib} MiB")
         res = vm.boot("switch-iommu", plan, PAYLOAD, RESULTS, accel, a.timeout, kdir,
