@@ -12,6 +12,9 @@
 #   make stress    the long stress run (a million registrations racing frees and foreign
 #                  deregistrations) against peermem-rs, and against nvidia-peermem in a boot of its
 #                  own; prints a summary (tests/selftests/stress/stress.py; not part of make check)
+#   make bench     registration latency, throughput and memory of peermem-rs against NVIDIA's
+#                  nvidia-peermem on a non-debug kernel, cost model off and on; writes
+#                  BENCHMARKS.md (tests/bench/bench.py, BENCH_ARGS; not part of make check)
 #
 # On a GPU node (see "Installing on GPU nodes" in README.md):
 #   make KDIR=/lib/modules/$(uname -r)/build     build for a real kernel; packaging/configure.sh finds
@@ -89,7 +92,7 @@ MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_
 endif
 endif
 
-.PHONY: all module standins setup kernel check demo vm-shell races stress cargo-test clean \
+.PHONY: all module standins setup kernel check demo vm-shell races stress bench cargo-test clean \
 	install modules_install uninstall install-support uninstall-support \
 	dkms-source dkms-install dkms-uninstall
 
@@ -146,6 +149,9 @@ races: setup
 stress: setup
 	@$(REPO)/tests/run_tests.py --build-only
 	@$(REPO)/tests/selftests/stress/stress.py $(STRESS_ARGS)
+
+bench: setup
+	@$(REPO)/tests/bench/bench.py $(BENCH_ARGS)
 
 cargo-test:
 	cargo test --workspace

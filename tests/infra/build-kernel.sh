@@ -5,6 +5,9 @@
 # tests/selftests/peermem/config, built with LLVM=-19 in the build root. The build is cached under a
 # key made of the source version, the config fragments and the toolchain versions, so changing any of
 # them builds a new kernel and a warm cache costs nothing.
+#
+# PEERMEM_KERNEL_FLAVOUR=bench builds the benchmark kernel instead: the same source and fragments with
+# tests/bench/kernel.config merged last (the debug options off), cached under its own key.
 source "$(dirname "$0")/common.sh"
 need_root
 
@@ -17,6 +20,11 @@ if [ ! -f "$KSRC/Makefile" ]; then
 fi
 
 FRAGMENTS=("$REPO_ROOT/tests/vm/vm.config" "$REPO_ROOT/tests/selftests/peermem/config")
+case "${PEERMEM_KERNEL_FLAVOUR:-test}" in
+    test) ;;
+    bench) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config") ;;
+    *) die "PEERMEM_KERNEL_FLAVOUR is test or bench, not '$PEERMEM_KERNEL_FLAVOUR'" ;;
+esac
 toolchain=$("$REPO_ROOT/tests/infra/in-root" bash -c 'clang-19 --version | head -1; rustc --version; bindgen --version')
 key=$( { cat "$KSRC_PKG/.version"; cat "${FRAGMENTS[@]}"; echo "$toolchain"; } | sha256sum | cut -c1-16)
 KDIR=$CACHE_WORK/kernel/$key
@@ -50,17 +58,26 @@ jobs=${PEERMEM_JOBS:-$(( $(nproc) + 1 ))}
     "$ksrc/scripts/kconfig/merge_config.sh" -m -O "$kdir" "$kdir/.config" "$@" >/dev/null
     mk olddefconfig >/dev/null
     # Every requested option must have survived Kconfig: a dropped one would silently weaken the tests.
+    # A later fragment overrides an earlier one (as merge_config.sh does), so each option is checked
+    # against the last fragment that sets it.
     bad=0
+    declare -A want=()
+    order=()
     for frag in "$@"; do
         while IFS= read -r line; do
             case "$line" in ""|"#"*) continue ;; esac
-            name=${line%%=*}; val=${line#*=}
-            if [ "$val" = n ]; then
-                grep -qx "$name=y" "$kdir/.config" && { echo "config: $name is y, wanted n" >&2; bad=1; }
-            else
-                grep -qx "$line" "$kdir/.config" || { echo "config: wanted $line, got: $(grep "^$name=\|^# $name " "$kdir/.config" || echo unset)" >&2; bad=1; }
-            fi
+            name=${line%%=*}
+            [ -n "${want[$name]+x}" ] || order+=("$name")
+            want[$name]=$line
         done < "$frag"
+    done
+    for name in "${order[@]}"; do
+        line=${want[$name]}; val=${line#*=}
+        if [ "$val" = n ]; then
+            grep -qx "$name=y" "$kdir/.config" && { echo "config: $name is y, wanted n" >&2; bad=1; }
+        else
+            grep -qx "$line" "$kdir/.config" || { echo "config: wanted $line, got: $(grep "^$name=\|^# $name " "$kdir/.config" || echo unset)" >&2; bad=1; }
+        fi
     done
     [ $bad = 0 ] || { echo "the kernel config fragments did not apply; see above" >&2; exit 1; }
     [ -n "${PEERMEM_CONFIG_ONLY:-}" ] && exit 0

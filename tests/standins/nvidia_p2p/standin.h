@@ -144,7 +144,25 @@ enum standin_fn {
 	X(leaked_by_driver)		\
 	X(injected_failures)		\
 	X(race_gate_timeouts)		\
-	X(leaked_at_unload)
+	X(leaked_at_unload)		\
+	STANDIN_ENTRY_POINTS(X_CALLS)	\
+	STANDIN_ENTRY_POINTS(X_NS)	\
+	X(cost_model_ns)
+
+/*
+ * The entry points whose calls are counted (calls_<fn>) and timed (ns_<fn>: nanoseconds spent
+ * inside, from entry to return, cost model included), so that a benchmark can tell a client's own
+ * time from the provider's. cost_model_ns is the part of it the cost model added.
+ */
+#define STANDIN_ENTRY_POINTS(Y)	\
+	Y(get_pages)		\
+	Y(get_pages_persistent)	\
+	Y(put_pages)		\
+	Y(put_pages_persistent)	\
+	Y(dma_map_pages)	\
+	Y(dma_unmap_pages)
+#define X_CALLS(fn) X(calls_##fn)
+#define X_NS(fn) X(ns_##fn)
 
 struct standin_counters {
 #define X(name) atomic64_t name;
@@ -180,6 +198,7 @@ extern unsigned int bar1_size_mib;
 extern unsigned int grdma_pci_topo_check_override;
 extern bool passthrough_vm;
 extern bool p2p_unsupported_chipset;
+extern bool cost_model;
 u32 standin_page_table_version(void);
 
 #define count_inc(name)		atomic64_inc(&standin.c.name)
@@ -235,6 +254,10 @@ enum race_point {
 	RP_COUNT
 };
 void race_point(enum race_point p);
+/* The cost model (standin_race.c): what nvidia.ko's RM spends pinning or unpinning @pages. */
+enum standin_cost { COST_PIN, COST_UNPIN };
+u64 standin_cost_ns(enum standin_cost what, u32 pages);
+void standin_cost(enum standin_cost what, u32 pages);
 void standin_race_init(struct dentry *dir);
 void standin_race_exit(void);
 

@@ -141,6 +141,15 @@ bool passthrough_vm;
 module_param(passthrough_vm, bool, 0644);
 MODULE_PARM_DESC(passthrough_vm, "580+: behave as in a pass-through VM (topology not checked)");
 
+/*
+ * The cost model (README.md, "Cost model"): off, every call costs what the stand-in's own code
+ * costs; on, pinning and unpinning also cost what nvidia.ko's RM spends there on a real GPU. Tests
+ * keep it off; make bench turns it on for half of its runs.
+ */
+bool cost_model;
+module_param(cost_model, bool, 0644);
+MODULE_PARM_DESC(cost_model, "make pins and unpins cost what nvidia.ko's do (default N: off)");
+
 /* 580+: NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET (Grace, Ampere Altra, AmpereOne in nvidia.ko). */
 bool p2p_unsupported_chipset;
 module_param(p2p_unsupported_chipset, bool, 0644);

@@ -10,6 +10,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/dma-mapping.h>
+#include <linux/ktime.h>
 #include <linux/module.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
@@ -210,7 +211,7 @@ failed:
 	return ret;
 }
 
-int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
+static int p2p_get_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
 			 uint64_t length, struct nvidia_p2p_page_table **page_table,
 			 void (*free_callback)(void *data), void *data)
 {
@@ -223,9 +224,8 @@ int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual
 	return nv_p2p_get_pages(false, p2p_token, va_space, virtual_address, length, 0,
 				page_table, free_callback, data);
 }
-EXPORT_SYMBOL(nvidia_p2p_get_pages);
 
-int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
+static int p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 				    struct nvidia_p2p_page_table **page_table, uint32_t flags)
 {
 	int ret = standin_inject(FN_GET_PAGES_PERSISTENT);
@@ -238,14 +238,13 @@ int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 	return nv_p2p_get_pages(true, 0, 0, virtual_address, length, flags, page_table,
 				NULL, NULL);
 }
-EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
 
 /*
  * The table is only a key here: RM searches the calling process's pins for it. Not found (another
  * process, a kworker, a forked child, or torn down already) is success with nothing unpinned, and
  * a pin that was not found keeps its callback armed.
  */
-int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
+static int p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
 	int ret = standin_inject(FN_PUT_PAGES);
@@ -269,13 +268,12 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual
 	nv_p2p_free_page_table(page_table);
 	return 0;
 }
-EXPORT_SYMBOL(nvidia_p2p_put_pages);
 
 /*
  * Persistent tables are found through themselves (container_of), from any task: nvidia.ko reads
  * the table before anything else, so a freed one is a use after free here too.
  */
-int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
+static int p2p_put_pages_persistent(uint64_t virtual_address,
 				    struct nvidia_p2p_page_table *page_table, uint32_t flags)
 {
 	u8 uuid[NVIDIA_P2P_GPU_UUID_LEN];
@@ -304,14 +302,13 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 	nv_p2p_free_page_table(page_table);
 	return 0;
 }
-EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
 
 /*
  * The table is read (really dereferenced) before the API lock, the pages mapped under it, and the
  * mapping linked into the pin's list under its semaphore after it. Nothing checks that the table
  * is still alive: a teardown in between is a use after free, as in nvidia.ko.
  */
-int nvidia_p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
+static int p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
 			     struct nvidia_p2p_dma_mapping **dma_mapping)
 {
 	struct standin_dma_map *map;
@@ -368,14 +365,13 @@ failed:
 	kfree(map);
 	return ret;
 }
-EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
 
 /*
  * No RM lock: container_of on the table and its semaphore only. So it works inside a free callback
  * (the table is alive until the callback returns), and on a torn-down table it uses freed memory.
  * A mapping not in the list (unmapped already) is 0 without touching it.
  */
-int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
+static int p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
 {
 	struct standin_dma_map *map, *found = NULL;
@@ -409,6 +405,64 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_tabl
 	}
 	nv_p2p_free_dma_mapping(found);
 	return 0;
+}
+
+/*
+ * The exported entry points: each call counted (calls_<fn>) and timed (ns_<fn>) around the
+ * function above that does it, so that a benchmark can tell the provider's time from a client's.
+ */
+#define TIMED(fn, call) ({					\
+	u64 t0_ = ktime_get_ns();				\
+	int ret_ = (call);					\
+								\
+	count_inc(calls_##fn);					\
+	count_add(ns_##fn, ktime_get_ns() - t0_);		\
+	ret_;							\
+})
+
+int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
+			 uint64_t length, struct nvidia_p2p_page_table **page_table,
+			 void (*free_callback)(void *data), void *data)
+{
+	return TIMED(get_pages, p2p_get_pages(p2p_token, va_space, virtual_address, length,
+						page_table, free_callback, data));
+}
+EXPORT_SYMBOL(nvidia_p2p_get_pages);
+
+int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
+				    struct nvidia_p2p_page_table **page_table, uint32_t flags)
+{
+	return TIMED(get_pages_persistent,
+		     p2p_get_pages_persistent(virtual_address, length, page_table, flags));
+}
+EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
+
+int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
+			 struct nvidia_p2p_page_table *page_table)
+{
+	return TIMED(put_pages, p2p_put_pages(p2p_token, va_space, virtual_address, page_table));
+}
+EXPORT_SYMBOL(nvidia_p2p_put_pages);
+
+int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
+				    struct nvidia_p2p_page_table *page_table, uint32_t flags)
+{
+	return TIMED(put_pages_persistent,
+		     p2p_put_pages_persistent(virtual_address, page_table, flags));
+}
+EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
+
+int nvidia_p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
+			     struct nvidia_p2p_dma_mapping **dma_mapping)
+{
+	return TIMED(dma_map_pages, p2p_dma_map_pages(peer, page_table, dma_mapping));
+}
+EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
+
+int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer, struct nvidia_p2p_page_table *page_table,
+			       struct nvidia_p2p_dma_mapping *dma_mapping)
+{
+	return TIMED(dma_unmap_pages, p2p_dma_unmap_pages(peer, page_table, dma_mapping));
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
 

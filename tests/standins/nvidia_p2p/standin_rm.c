@@ -318,6 +318,7 @@ int rm_p2p_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len, const void *k
 		goto out;
 	*phys = rm_phys(a, off);
 	*entries = rm_page_count(len);
+	standin_cost(COST_PIN, *entries);
 	*uuid = id;
 	id = NULL;
 	a = NULL;	/* the record holds the lookup's reference now */
@@ -415,6 +416,7 @@ int rm_p2p_get_pages_persistent(u64 va, u64 len, const void *key, bool force_bar
 	}
 	*phys = rm_phys(a, off);
 	*entries = rm_page_count(len);
+	standin_cost(COST_PIN, *entries);
 	ret = 0;
 out:
 	rm_api_unlock();
@@ -436,10 +438,12 @@ int rm_p2p_put_pages(const void *key)
 	if (ret)
 		return ret;
 	r = record_find(key, RM_OBJ_PROCESS, current->tgid);
-	if (r)
+	if (r) {
+		standin_cost(COST_UNPIN, r->length / GPU_PAGE_SIZE);
 		record_del(r);
-	else
+	} else {
 		ret = record_exists(key) ? -ESRCH : -ENOENT;
+	}
 	rm_api_unlock();
 	return ret;
 }
@@ -454,10 +458,12 @@ int rm_p2p_put_pages_persistent(const void *key)
 	if (ret)
 		return ret;
 	r = record_find(key, RM_OBJ_INTERNAL, 0);
-	if (r)
+	if (r) {
+		standin_cost(COST_UNPIN, r->length / GPU_PAGE_SIZE);
 		record_del(r);
-	else
+	} else {
 		ret = -EINVAL;
+	}
 	rm_api_unlock();
 	/* nvidia.ko finds no record only for a table it already freed: it crashes there. */
 	WARN(ret, "put_pages_persistent: no persistent pin %p in RM\n", key);

@@ -1,0 +1,577 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The guest side of `make bench` (tests/bench/bench.py): times what a user of GPUDirect RDMA feels,
+ * ibv_reg_mr / ibv_dereg_mr on GPU memory (the peer-memory host stand-in's REG_MR / DEREG_MR on
+ * memory of the NVIDIA stand-in), with whichever peer-memory client is loaded, and prints raw
+ * records, one a line, that bench.py turns into medians, percentiles and ratios. It measures; it
+ * does not judge. Any failure (a registration refused, a counter unreadable, something left
+ * live) is fatal: it prints "bench: FATAL ..." and exits 1, and bench.py fails the run.
+ *
+ *   bench latency-plain LABEL RUNS SIZE...  reg/dereg latency, the calls back to back
+ *   bench latency LABEL RUNS SIZE...        the same with the provider's calls and time, read
+ *                                           from its debugfs counters around each call
+ *   bench invalidation LABEL RUNS SIZE...   cudaFree to the NIC's memory key revoked
+ *   bench throughput LABEL SECONDS SIZE THREADS...   registrations per second
+ *   bench memory LABEL N SIZE               kernel memory (unreclaimable slab) per live registration
+ *   bench selftest                          the unit checks of this file's helpers
+ *
+ * Records (space-separated, first word the kind):
+ *   latp LABEL SIZE RUN REG_NS DEREG_NS
+ *   lat LABEL SIZE RUN REG_NS DEREG_NS reg C*6 N*6 MODEL dereg C*6 N*6 MODEL
+ *       C: calls of get_pages, get_pages_persistent, put_pages, put_pages_persistent,
+ *       dma_map_pages, dma_unmap_pages during the registration (reg) or the deregistration
+ *       (dereg); N: nanoseconds spent inside each; MODEL: the cost model's share
+ *   inv LABEL SIZE RUN NS free C*6 N*6 MODEL    (the provider's calls during the cudaFree: the
+ *       client's invalidation calls them from the free callback)
+ *   tput LABEL SIZE THREADS REGISTRATIONS NS
+ *   mem LABEL SIZE N SUNRECLAIM_KB_BEFORE SUNRECLAIM_KB_AFTER
+ * SIZE accepts K/M/G suffixes (powers of 1024).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpumem.h"
+#include "pmh.h"
+
+#define NFN 6
+static const char *const fn_names[NFN] = {
+	"get_pages", "get_pages_persistent", "put_pages", "put_pages_persistent",
+	"dma_map_pages", "dma_unmap_pages",
+};
+
+struct provider {
+	long long calls[NFN];
+	long long ns[NFN];
+	long long model_ns;
+};
+
+static void fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	fflush(stdout);
+	fprintf(stderr, "bench: FATAL ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	exit(1);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* "64K", "16M", "1G", "4096": bytes, or 0 if it is not a size. */
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || *s < '0' || *s > '9')
+		return 0;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || !v)
+		return 0;
+	switch (*end) {
+	case 'K': v <<= 10; end++; break;
+	case 'M': v <<= 20; end++; break;
+	case 'G': v <<= 30; end++; break;
+	}
+	return *end ? 0 : v;
+}
+
+/*
+ * The stand-in's counters file ("name value" lines) into @p. Returns 0, or -1 if a wanted
+ * counter is missing (a stand-in without the cost model and entry-point counters).
+ */
+static int parse_counters(const char *text, struct provider *p)
+{
+	int found = 0, want = 2 * NFN + 1;
+	const char *line = text;
+
+	memset(p, 0, sizeof(*p));
+	while (line && *line) {
+		char name[64];
+		long long v;
+
+		if (sscanf(line, "%63s %lld", name, &v) == 2) {
+			for (int i = 0; i < NFN; i++) {
+				if (!strncmp(name, "calls_", 6) && !strcmp(name + 6, fn_names[i])) {
+					p->calls[i] = v;
+					found++;
+				} else if (!strncmp(name, "ns_", 3) && !strcmp(name + 3, fn_names[i])) {
+					p->ns[i] = v;
+					found++;
+				}
+			}
+			if (!strcmp(name, "cost_model_ns")) {
+				p->model_ns = v;
+				found++;
+			}
+		}
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
+	return found == want ? 0 : -1;
+}
+
+static void provider_read(struct provider *p)
+{
+	char buf[8192];
+
+	if (read_text(GPU_DEBUGFS "/counters", buf, sizeof(buf)))
+		fatal("cannot read %s/counters", GPU_DEBUGFS);
+	if (parse_counters(buf, p))
+		fatal("%s/counters lacks calls_*, ns_* or cost_model_ns: a stand-in without them?",
+		      GPU_DEBUGFS);
+}
+
+static struct provider provider_delta(const struct provider *a, const struct provider *b)
+{
+	struct provider d;
+
+	for (int i = 0; i < NFN; i++) {
+		d.calls[i] = b->calls[i] - a->calls[i];
+		d.ns[i] = b->ns[i] - a->ns[i];
+	}
+	d.model_ns = b->model_ns - a->model_ns;
+	return d;
+}
+
+static void provider_print(const struct provider *d)
+{
+	for (int i = 0; i < NFN; i++)
+		printf(" %lld", d->calls[i]);
+	for (int i = 0; i < NFN; i++)
+		printf(" %lld", d->ns[i]);
+	printf(" %lld", d->model_ns);
+}
+
+struct gpu_buf {
+	int fd;
+	__u64 handle;
+	char *va;
+	size_t size;
+};
+
+static void buf_alloc(struct gpu_buf *b, int fd, size_t size)
+{
+	b->fd = fd;
+	b->size = size;
+	b->va = gpu_alloc(fd, size, &b->handle);
+	if (!b->va)
+		fatal("cannot allocate %zu bytes of GPU memory: %s", size, strerror(errno));
+}
+
+static void buf_free(struct gpu_buf *b)
+{
+	int ret = gpu_free(b->fd, b->handle);
+
+	if (ret)
+		fatal("cudaFree of %zu bytes: %s", b->size, strerror(-ret));
+}
+
+static __u64 reg(int pmh, const void *va, size_t len)
+{
+	struct pmh_reg_mr mr;
+	int ret = pmh_reg(pmh, va, len, PMH_REG_WRITE, &mr);
+
+	if (ret)
+		fatal("registration of %zu bytes at %p: %s", len, va, strerror(-ret));
+	if (!mr.client[0])
+		fatal("registration of %zu bytes at %p was not taken by a peer client", len, va);
+	return mr.handle;
+}
+
+static void dereg(int pmh, __u64 handle)
+{
+	int ret = pmh_dereg(pmh, handle);
+
+	if (ret)
+		fatal("deregistration of MR %llu: %s", (unsigned long long)handle, strerror(-ret));
+}
+
+/* Nothing of the run may stay live: a leak would make the next figures wrong. */
+static void check_clear(const char *what)
+{
+	char why[256] = "";
+
+	for (int i = 0; i < 50; i++) {
+		long long mrs = pmh_counter("live_mrs"), pins = gpu_counter("live_pins");
+		long long maps = gpu_counter("live_dma_mappings");
+
+		if (!mrs && !pins && !maps)
+			return;
+		snprintf(why, sizeof(why), "live_mrs %lld live_pins %lld live_dma_mappings %lld",
+			 mrs, pins, maps);
+		usleep(100 * 1000);
+	}
+	fatal("after %s: still live: %s", what, why);
+}
+
+static int open_both(int *gpu)
+{
+	int pmh = pmh_open();
+
+	*gpu = gpu_open();
+	if (*gpu < 0)
+		fatal("open %s: %s", NVP2P_STANDIN_DEVICE, strerror(-*gpu));
+	if (pmh < 0)
+		fatal("open %s: %s", PMH_DEVICE, strerror(-pmh));
+	return pmh;
+}
+
+#define WARMUP 2
+
+/*
+ * @counted: read the provider's counters around each call (lat records, for where the time goes);
+ * otherwise time the calls alone, back to back (latp records), as an application makes them:
+ * reading debugfs between the calls changes what the calls cost under TCG.
+ */
+static void latency(const char *label, int runs, char **sizes, int nsizes, bool counted)
+{
+	int gpu, pmh = open_both(&gpu);
+
+	for (int s = 0; s < nsizes; s++) {
+		uint64_t size = parse_size(sizes[s]);
+		struct gpu_buf b;
+
+		if (!size)
+			fatal("not a size: %s", sizes[s]);
+		buf_alloc(&b, gpu, size);
+		for (int run = -WARMUP; run < runs; run++) {
+			struct provider p0, p1, p2, dr, dd;
+			uint64_t t0, t1, t2, t3;
+			__u64 h;
+
+			if (counted)
+				provider_read(&p0);
+			t0 = now_ns();
+			h = reg(pmh, b.va, size);
+			t1 = now_ns();
+			if (counted)
+				provider_read(&p1);
+			t2 = now_ns();
+			dereg(pmh, h);
+			t3 = now_ns();
+			if (run < 0)
+				continue;
+			if (!counted) {
+				printf("latp %s %llu %d %llu %llu\n", label, (unsigned long long)size, run,
+				       (unsigned long long)(t1 - t0), (unsigned long long)(t3 - t2));
+				continue;
+			}
+			provider_read(&p2);
+			dr = provider_delta(&p0, &p1);
+			dd = provider_delta(&p1, &p2);
+			printf("lat %s %llu %d %llu %llu reg", label, (unsigned long long)size, run,
+			       (unsigned long long)(t1 - t0), (unsigned long long)(t3 - t2));
+			provider_print(&dr);
+			printf(" dereg");
+			provider_print(&dd);
+			printf("\n");
+		}
+		fflush(stdout);
+		buf_free(&b);
+		check_clear("latency");
+	}
+	close(pmh);
+	close(gpu);
+}
+
+static void invalidation(const char *label, int runs, char **sizes, int nsizes)
+{
+	int gpu, pmh = open_both(&gpu);
+
+	for (int s = 0; s < nsizes; s++) {
+		uint64_t size = parse_size(sizes[s]);
+
+		if (!size)
+			fatal("not a size: %s", sizes[s]);
+		for (int run = -WARMUP; run < runs; run++) {
+			struct provider p0, p1, d;
+			struct pmh_query_mr q;
+			struct gpu_buf b;
+			uint64_t t0;
+			__u64 h;
+			int ret;
+
+			buf_alloc(&b, gpu, size);
+			h = reg(pmh, b.va, size);
+			provider_read(&p0);
+			t0 = now_ns();
+			if (ioctl(gpu, NVP2P_IOC_FREE, &b.handle))
+				fatal("cudaFree: %s", strerror(errno));
+			provider_read(&p1);
+			ret = pmh_query(pmh, h, &q, NULL, 0);
+			if (ret)
+				fatal("query of MR %llu: %s", (unsigned long long)h, strerror(-ret));
+			if (!q.invalidated_ns || q.state == PMH_MR_MAPPED || q.invalidated_ns < t0)
+				fatal("MR of %llu bytes not invalidated by cudaFree (state %u, "
+				      "invalidated_ns %llu): is the client an invalidating one?",
+				      (unsigned long long)size, q.state,
+				      (unsigned long long)q.invalidated_ns);
+			dereg(pmh, h);
+			if (munmap(b.va, size))
+				fatal("munmap: %s", strerror(errno));
+			if (run < 0)
+				continue;
+			d = provider_delta(&p0, &p1);
+			printf("inv %s %llu %d %llu free", label, (unsigned long long)size, run,
+			       (unsigned long long)(q.invalidated_ns - t0));
+			provider_print(&d);
+			printf("\n");
+		}
+		fflush(stdout);
+		check_clear("invalidation");
+	}
+	close(pmh);
+	close(gpu);
+}
+
+struct worker {
+	pthread_t thread;
+	int pmh;
+	char *va;
+	size_t size;
+	volatile int *stop;
+	long long regs;
+	const char *error;
+	int err;
+};
+
+static void *worker_run(void *arg)
+{
+	struct worker *w = arg;
+
+	while (!*w->stop) {
+		struct pmh_reg_mr mr;
+		int ret = pmh_reg(w->pmh, w->va, w->size, PMH_REG_WRITE, &mr);
+
+		if (ret || !mr.client[0]) {
+			w->error = ret ? "registration failed" : "registration not taken by a peer";
+			w->err = -ret;
+			return NULL;
+		}
+		ret = pmh_dereg(w->pmh, mr.handle);
+		if (ret) {
+			w->error = "deregistration failed";
+			w->err = -ret;
+			return NULL;
+		}
+		w->regs++;
+	}
+	return NULL;
+}
+
+static void throughput(const char *label, int seconds, uint64_t size, char **threads, int nthreads)
+{
+	int gpu = gpu_open();
+
+	if (gpu < 0)
+		fatal("open %s: %s", NVP2P_STANDIN_DEVICE, strerror(-gpu));
+	for (int t = 0; t < nthreads; t++) {
+		int n = atoi(threads[t]);
+		struct worker *w = calloc(n > 0 ? n : 1, sizeof(*w));
+		struct gpu_buf *bufs = calloc(n > 0 ? n : 1, sizeof(*bufs));
+		volatile int stop = 0;
+		long long regs = 0;
+		uint64_t t0, t1;
+
+		if (n <= 0 || !w || !bufs)
+			fatal("bad thread count %s", threads[t]);
+		/* Each thread its own memory and its own file, as ranks of a job would. */
+		for (int i = 0; i < n; i++) {
+			buf_alloc(&bufs[i], gpu, size);
+			w[i].pmh = pmh_open();
+			if (w[i].pmh < 0)
+				fatal("open %s: %s", PMH_DEVICE, strerror(-w[i].pmh));
+			w[i].va = bufs[i].va;
+			w[i].size = size;
+			w[i].stop = &stop;
+		}
+		t0 = now_ns();
+		for (int i = 0; i < n; i++)
+			if (pthread_create(&w[i].thread, NULL, worker_run, &w[i]))
+				fatal("pthread_create");
+		usleep(seconds * 1000000u);
+		stop = 1;
+		for (int i = 0; i < n; i++)
+			pthread_join(w[i].thread, NULL);
+		t1 = now_ns();
+		for (int i = 0; i < n; i++) {
+			if (w[i].error)
+				fatal("throughput thread %d: %s: %s", i, w[i].error, strerror(w[i].err));
+			regs += w[i].regs;
+			close(w[i].pmh);
+			buf_free(&bufs[i]);
+		}
+		printf("tput %s %llu %d %lld %llu\n", label, (unsigned long long)size, n, regs,
+		       (unsigned long long)(t1 - t0));
+		fflush(stdout);
+		free(w);
+		free(bufs);
+		check_clear("throughput");
+	}
+	close(gpu);
+}
+
+/*
+ * SUnreclaim of /proc/meminfo, in kB: the unreclaimable slab, where every object of a registration
+ * lives (kmalloc and kmem caches of the client, the host and the provider). The reclaimable part
+ * (dentries, inodes) moves with whatever else the guest does, and dropping caches to steady it
+ * would move it more.
+ */
+static long long slab_kb(void)
+{
+	char buf[8192], *p;
+
+	if (read_text("/proc/meminfo", buf, sizeof(buf)))
+		fatal("cannot read /proc/meminfo");
+	p = strstr(buf, "\nSUnreclaim:");
+	if (!p)
+		fatal("no SUnreclaim: line in /proc/meminfo");
+	return strtoll(p + 12, NULL, 10);
+}
+
+/* Let deferred frees (RCU, work items) finish before a reading. */
+static void settle(void)
+{
+	usleep(500 * 1000);
+}
+
+static void memory(const char *label, int n, uint64_t size)
+{
+	int gpu, pmh = open_both(&gpu);
+	__u64 *handles = calloc(n, sizeof(*handles));
+	long long before, after;
+	struct gpu_buf b;
+
+	if (!handles || n <= 0)
+		fatal("bad count %d", n);
+	/* One allocation, registered a piece at a time: n distinct live registrations. */
+	buf_alloc(&b, gpu, (size_t)n * size);
+	/* One registration first, so that caches that grow once per boot are not counted. */
+	dereg(pmh, reg(pmh, b.va, size));
+	settle();
+	before = slab_kb();
+	for (int i = 0; i < n; i++)
+		handles[i] = reg(pmh, b.va + (size_t)i * size, size);
+	settle();
+	after = slab_kb();
+	printf("mem %s %llu %d %lld %lld\n", label, (unsigned long long)size, n, before, after);
+	fflush(stdout);
+	for (int i = 0; i < n; i++)
+		dereg(pmh, handles[i]);
+	buf_free(&b);
+	free(handles);
+	check_clear("memory");
+	close(pmh);
+	close(gpu);
+}
+
+/* ---- unit checks of the helpers above (bench selftest; bench.py runs it on the host) ---- */
+
+static int failures;
+
+#define CHECK(cond) do { \
+	if (!(cond)) { \
+		fprintf(stderr, "selftest: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+		failures++; \
+	} \
+} while (0)
+
+static int selftest(void)
+{
+	struct provider p, q, d;
+	char text[2048];
+	int len = 0;
+
+	CHECK(parse_size("64K") == 65536);
+	CHECK(parse_size("16M") == 16ull << 20);
+	CHECK(parse_size("1G") == 1ull << 30);
+	CHECK(parse_size("4096") == 4096);
+	CHECK(parse_size("0") == 0);
+	CHECK(parse_size("") == 0);
+	CHECK(parse_size("K") == 0);
+	CHECK(parse_size("64KB") == 0);
+	CHECK(parse_size("-1") == 0);
+
+	len += snprintf(text + len, sizeof(text) - len, "live_pins 0\nleaked_at_unload 0\n");
+	for (int i = 0; i < NFN; i++)
+		len += snprintf(text + len, sizeof(text) - len, "calls_%s %d\n", fn_names[i], i + 1);
+	for (int i = 0; i < NFN; i++)
+		len += snprintf(text + len, sizeof(text) - len, "ns_%s %d\n", fn_names[i], 1000 * (i + 1));
+	CHECK(parse_counters(text, &p) == -1);	/* no cost_model_ns */
+	snprintf(text + len, sizeof(text) - len, "cost_model_ns 77\n");
+	CHECK(parse_counters(text, &p) == 0);
+	CHECK(p.calls[0] == 1 && p.calls[5] == 6);
+	CHECK(p.ns[1] == 2000 && p.ns[4] == 5000);
+	CHECK(p.model_ns == 77);
+	/* "calls_get_pages" must not be taken for "calls_get_pages_persistent" or back. */
+	CHECK(p.calls[1] == 2);
+	q = p;
+	q.calls[4] += 3;
+	q.ns[4] += 500;
+	q.model_ns += 70000;
+	d = provider_delta(&p, &q);
+	CHECK(d.calls[4] == 3 && d.ns[4] == 500 && d.model_ns == 70000 && d.calls[0] == 0);
+	CHECK(parse_counters("", &p) == -1);
+	if (failures)
+		fprintf(stderr, "selftest: %d check(s) failed\n", failures);
+	else
+		printf("selftest: ok\n");
+	return failures ? 1 : 0;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: bench latency LABEL RUNS SIZE...\n"
+		"       bench latency-plain LABEL RUNS SIZE...\n"
+		"       bench invalidation LABEL RUNS SIZE...\n"
+		"       bench throughput LABEL SECONDS SIZE THREADS...\n"
+		"       bench memory LABEL N SIZE\n"
+		"       bench selftest\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 2 && !strcmp(argv[1], "selftest"))
+		return selftest();
+	if (argc < 5)
+		usage();
+	if (!strcmp(argv[1], "latency"))
+		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4, true);
+	else if (!strcmp(argv[1], "latency-plain"))
+		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4, false);
+	else if (!strcmp(argv[1], "invalidation"))
+		invalidation(argv[2], atoi(argv[3]), argv + 4, argc - 4);
+	else if (!strcmp(argv[1], "throughput") && argc >= 6)
+		throughput(argv[2], atoi(argv[3]), parse_size(argv[4]), argv + 5, argc - 5);
+	else if (!strcmp(argv[1], "memory") && argc == 5)
+		memory(argv[2], atoi(argv[3]), parse_size(argv[4]));
+	else
+		usage();
+	return 0;
+}
