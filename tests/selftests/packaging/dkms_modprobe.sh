@@ -6,7 +6,7 @@
 # (updates/dkms/) after the kernel's headers and modules packages were installed, with the
 # stand-ins of nvidia.ko and MLNX_OFED's ib_core in extra/, indexed by depmod. modprobe must load
 # that file, with the stand-ins as its dependencies (modules.dep), and remove all three again.
-# Elsewhere (the test kernel has no module tree) it skips.
+# Elsewhere (the test kernel has no module tree) it skips; in a stock boot a missing module fails.
 . "$(dirname "$0")/../kselftest/ktap_helpers.sh"
 . "$(dirname "$0")/lib.sh"
 
@@ -15,6 +15,13 @@ rel=$(uname -r)
 tree=/lib/modules/$rel
 ko=$(ls "$tree"/updates/dkms/peermem_rs.ko* 2>/dev/null | head -n1)
 if [ -z "$ko" ]; then
+	case "${PEERMEM_VARIANT:-}" in
+	stock-*)
+		# These boots exist to load what DKMS installed: its absence is the failure.
+		ktap_set_plan 1
+		ktap_test_fail "$tree/updates/dkms/peermem_rs.ko* is where DKMS installed the module"
+		ktap_finished ;;
+	esac
 	ktap_skip_all "no $tree/updates/dkms/peermem_rs.ko*: only the stock-kernel boots have a DKMS-installed module tree"
 	exit "$KSFT_SKIP"
 fi
