@@ -43,7 +43,9 @@ pub(crate) fn current_tgid() -> Tgid {
 pub(crate) fn current_tgid() -> Tgid {
     let task = kernel::current!().as_ptr();
     // SAFETY: `current!()` is the running task, valid while it runs this code. `tgid` is set when
-    // the task is created (copy_process) and never written again, so reading it races with no
-    // writer; this is the read 7.3's `Task::tgid` makes.
+    // the task is created (copy_process) and never written again (an exec by a non-leader thread
+    // swaps pids in de_thread, not tgids), so reading it races with no writer; this is the read
+    // 7.3's `Task::tgid` makes. Not 7.2's `tgid_nr_ns`: that is relative to a pid namespace, and
+    // the NVIDIA driver compares the global `current->tgid`.
     unsafe { *core::ptr::addr_of!((*task).tgid) }
 }
