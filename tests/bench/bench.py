@@ -338,12 +338,15 @@ def report(data, meta):
         "`ibv_reg_mr` costs an application, minus the verbs library); deregistration likewise. "
         f"{meta['runs']} runs per size and round after 2 warm-up runs, the same GPU allocation re-registered, "
         "in two rounds with the clients in opposite orders (pooled: twice as many runs per figure). "
-        "p99 is the nearest-rank 99th percentile: with 30 runs, the slowest run. The cost model "
-        "(tests/standins/nvidia_p2p/README.md, \"Cost model\") makes each pin and unpin cost what "
-        "nvidia.ko's does on a V100 (GDRCopy's figures, interpolated per 64 KiB page): with it off, "
-        "the provider costs only the stand-in's own code, so the module's own work dominates; with "
-        "it on, the provider's cost has real proportions. Figures are TCG figures: absolute times "
-        "are those of an emulated CPU, several times slower than hardware; the ratios are the result.",
+        f"p99 is the nearest-rank 99th percentile: with {2 * meta['runs']} pooled runs, the slowest "
+        "run. The cost model (tests/standins/nvidia_p2p/README.md, \"Cost model\") adds to each pin "
+        "and unpin what nvidia.ko's takes on a V100 (GDRCopy's figures, interpolated per 64 KiB "
+        "page): with it off, the provider costs only the stand-in's own code, so the module's own "
+        "work dominates; with it on, the provider costs hardware microseconds while the clients, "
+        "both stand-ins and the emulated IOMMU run at TCG speed, so the provider's share is still "
+        "understated, and persistent pins are charged like ordinary ones although nvidia.ko does "
+        "more for them (the stand-in README, \"Not modelled\"). Figures are TCG figures: absolute "
+        "times are those of an emulated CPU, several times slower than hardware.",
         "",
         "Clients: **rs-p** peermem-rs `persistent_api_support=1` (one persistent pin per "
         "registration), **rs-i** peermem-rs `persistent_api_support=0` (the invalidating client), "
