@@ -254,7 +254,7 @@ enum race_point {
 	RP_COUNT
 };
 void race_point(enum race_point p);
-/* The cost model (standin_race.c): what nvidia.ko's RM spends pinning or unpinning @pages. */
+/* The cost model (standin_cost.c): what nvidia.ko's RM spends pinning or unpinning @pages. */
 enum standin_cost { COST_PIN, COST_UNPIN };
 u64 standin_cost_ns(enum standin_cost what, u32 pages);
 void standin_cost(enum standin_cost what, u32 pages);
