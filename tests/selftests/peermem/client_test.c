@@ -428,7 +428,7 @@ TEST_F(gpu, rmmod_refused_while_registered)
  * means "not mine" (the caller then sees the pinning error, EFAULT, unless the next client takes
  * the range). The invalidating flavour pins once more, in get_pages, with nvidia_p2p_get_pages
  * (its callback's pin); a failure of that, or of dma_map, is returned as is. */
-TEST_F(gpu, driver_errors_propagate_with_their_cause)
+TEST_F_TIMEOUT(gpu, driver_errors_propagate_with_their_cause, 120)
 {
 	static const struct {
 		const char *fn;		/* stand-in function to fail (its first call from now) */
