@@ -227,9 +227,11 @@ static void ob_refcnt(const char *key)
 
 /*
  * peermem-rs's invalidating client finishes a teardown in its work item, which holds a module
- * reference until the driver's teardown has returned (README, diff-two-pins). Where a scenario has
- * nothing left registered, give that item up to 5 s before the refcount is read; a reference still
- * held then counts.
+ * reference until the driver's teardown has returned and it has let go of its pins (README,
+ * diff-two-pins). Every scenario ends with nothing registered, so end() gives that item up to 5 s
+ * before it reads the counters and the refcount: what the item does after the scenario's last call
+ * (an unpin, put_pages of the notification pin, the module reference) is then counted the same on a
+ * busy host as on an idle one. A reference still held after 5 s counts.
  */
 static void wait_work_item(void)
 {
@@ -295,6 +297,7 @@ static void end(void)
 	char key[128];
 	int found;
 
+	wait_work_item();
 	take(&now);
 	for (int i = 0; i < now.n; i++) {
 		long long v0 = snap_get(&start_snap, now.c[i].key, &found);
@@ -1146,7 +1149,6 @@ static void scenario_free_races_dereg(void)
 	pthread_join(t, NULL);
 	ob_rc("free.rc", r.rc);
 	write_text(GPU_DEBUGFS "/free_callback_delay_ms", "0");
-	wait_work_item();
 	end();
 }
 
