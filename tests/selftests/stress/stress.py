@@ -12,6 +12,10 @@ boot, wall time.
                                      [--seconds S] [--clients peermem_rs,nvidia_peermem]
                                      [--variants switch,switch-iommu]
 
+The boots run the debug kernel of `make check`; with PEERMEM_KERNEL_FLAVOUR=bench, the benchmark
+kernel (no KASAN, lockdep, kmemleak or fault injection; several times faster under TCG), for the
+operation counts a debug kernel cannot reach here, with a payload built for it.
+
 --ops is the target over all peermem-rs boots and configurations (1,000,000 by default), split
 evenly between them; --seconds bounds each configuration. Results land in .build/stress/: a
 directory per boot (console, output, dmesg, the per-configuration reports) and summary.txt.
@@ -20,6 +24,7 @@ Exit status 0 when every peermem-rs boot passed every check with no splat and no
 
 import argparse
 import concurrent.futures
+import os
 import re
 import sys
 import time
@@ -104,6 +109,7 @@ def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel,
         res = vm.boot(variant, plan, payload, out, accel, timeout, kdir,
                       cmdline_extra=["dma_debug_entries=262144"],
                       machine_overrides={"gpu_bar_mib": bar_mib, "memory_mib": 2048})
+        (out / "kernel").write_text(FLAVOUR + "\n")  # for --summarize
     output = read(out / "output")
     dmesg = read(out / "dmesg") or res.console
     splats = [line for line in dmesg.splitlines() if ktap.SPLAT.search(line)]
@@ -126,7 +132,8 @@ def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel,
         "configs_done": len(results),
         "totals": (TOTALS.search(output).group(0) if TOTALS.search(output) else ""),
         "splats": len(splats), "first_report": kind, "evidence": evidence,
-        "leaks": len(re.findall(r"unreferenced object", leaks)), "results": out,
+        "leaks": len(re.findall(r"unreferenced object", leaks)), "kmemleak": (out / "kmemleak").exists(),
+        "kernel": read(out / "kernel").strip() or "test", "results": out,
         "findings": [line.lstrip("# ") for line in output.splitlines()
                      if re.search(r"MISMATCH|^# FAIL: |still live|LEFT BEHIND", line)][:20],
     }
@@ -150,13 +157,42 @@ def describe(b):
     for f in b["findings"]:
         s.append(f"  - {f}")
     s.append(f"- kernel splat lines {b['splats']}, first report: {b['first_report'] or 'none'}; "
-             f"kmemleak: {b['leaks']} unreferenced objects")
+             + (f"kmemleak: {b['leaks']} unreferenced objects" if b["kmemleak"] else
+                "no kmemleak in this kernel" if b["kernel"] == "bench" else
+                "kmemleak not read (the boot did not reach the end of its plan)"))
     if b["evidence"]:
         s.append("```")
         s += [re.sub(r"^\[\s*\d+\.\d+\]\s?", "", line) for line in b["evidence"][:25]]
         s.append("```")
     s.append(f"- logs: {b['results']}")
     return "\n".join(s)
+
+
+FLAVOUR = os.environ.get("PEERMEM_KERNEL_FLAVOUR", "test")
+KERNELS = {
+    "test": "the debug kernel of make check (KASAN, lockdep, kmemleak, UBSAN, DEBUG_ATOMIC_SLEEP, "
+            "hung-task detector, DMA-API debugging, failslab)",
+    "bench": "the benchmark kernel (the test kernel without the debugging options tests/bench/kernel.config "
+             "turns off: KASAN, lockdep, kmemleak, UBSAN, DMA-API debugging, fault injection and more; so "
+             "no randomized failslab and no leak scan; WARN, BUG, oops and the hung-task detector still "
+             "fail a boot)",
+}
+
+
+def check_payload_kernel(payload):
+    """A payload built for the other kernel would fail to load (KASAN's symbols) or, worse, run
+    uninstrumented code on the debug kernel: refuse it before booting."""
+    ko = payload / "modules" / "peermem_rs.ko"
+    if not ko.exists():
+        raise SystemExit(f"{payload}: no peermem_rs.ko; run tests/run_tests.py --build-only first")
+    # Only KASAN tells the two apart: they share the release string, so vermagic cannot.
+    kasan = b"__asan_" in ko.read_bytes()
+    if kasan != (FLAVOUR == "test"):
+        raise SystemExit(f"{ko} was built for the {'test' if kasan else 'bench'} kernel, this run boots the "
+                         f"{FLAVOUR} kernel: build the payload with PEERMEM_KERNEL_FLAVOUR={FLAVOUR} "
+                         "tests/run_tests.py --build-only"
+                         + (" in a clone of its own (the work tree's builds are the test kernel's)"
+                            if FLAVOUR == "bench" else ""))
 
 
 def main():
@@ -182,8 +218,10 @@ def main():
     accel, reason = vm.choose_accel(kdir)
     vm.log(f"stress: accelerator {accel} ({reason})")
     payload = Path(a.payload).resolve()
-    if not a.summarize and not (payload / "selftests" / "stress" / "stress").exists():
-        raise SystemExit(f"{payload}: no stress build; run tests/run_tests.py --build-only first")
+    if not a.summarize:
+        if not (payload / "selftests" / "stress" / "stress").exists():
+            raise SystemExit(f"{payload}: no stress build; run tests/run_tests.py --build-only first")
+        check_payload_kernel(payload)
     clients = a.clients.split(",")
     variants = a.variants.split(",")
     per_config = max(1, a.ops // (len(variants) * CONFIGS))
@@ -204,15 +242,19 @@ def main():
     ours = [b for b in boots if b["client"] == "peermem_rs"]
     theirs = [b for b in boots if b["client"] != "peermem_rs"]
     wall = time.monotonic() - start
+    kernels = sorted({b["kernel"] for b in boots}) or [FLAVOUR]
+    scanned = [b for b in ours if b["kernel"] != "bench"]
     head = [
         "# make stress",
+        *[f"kernel: {k}, {KERNELS[k]}" for k in kernels],
         f"machine: {accel} ({reason}); GPU BAR {a.bar_mib} MiB; hold {a.hold} per configuration; "
         f"target {a.ops} operations; wall time {wall:.0f} s",
         "",
         f"peermem-rs: {sum(b['ops'] for b in ours)} register/deregister operations, "
         f"{sum(b['racing'] for b in ours)} racing a free or a foreign deregistration, "
         f"{sum(len(b['failed']) for b in ours)} failed checks, {sum(b['splats'] for b in ours)} splat lines, "
-        f"{sum(b['leaks'] for b in ours)} leaks",
+        + (f"{sum(b['leaks'] for b in scanned)} leaks (kmemleak)" if scanned or FLAVOUR != "bench"
+           else "no leak scan (no kmemleak)"),
     ]
     for b in theirs:
         head.append(f"nvidia-peermem 550: {b['ops']} operations completed in {b['configs_done']} of {CONFIGS} "
