@@ -39,7 +39,8 @@ import ktap  # noqa: E402
 import vm    # noqa: E402
 
 OUT = REPO / ".build" / "stress"
-CONFIGS = 4  # stress.sh's configurations per boot
+CONFIGS = 4  # stress.sh's configurations per boot (--only: fewer)
+ONLY = []
 
 # DMA-API debugging keeps one entry per live mapping (65,536 by default, then it disables itself);
 # the hold phase keeps tens of thousands live.
@@ -50,7 +51,7 @@ export PEERMEM_VARIANT={variant}
 [ -w /sys/kernel/debug/kmemleak ] && echo clear > /sys/kernel/debug/kmemleak
 echo "peermem-ksft: begin stress/stress.sh" > /dev/kmsg
 cd /payload/selftests/stress
-./stress.sh --client {client} --ops {ops} --seconds {seconds} --hold {hold} --results /results -- {extra}
+./stress.sh --client {client} {only} --ops {ops} --seconds {seconds} --hold {hold} --results /results -- {extra}
 echo "STRESS-RC $?"
 echo "peermem-ksft: end stress/stress.sh" > /dev/kmsg
 if [ -w /sys/kernel/debug/kmemleak ]; then
@@ -100,7 +101,9 @@ class Done:
 def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel, kdir, timeout, extra,
              summarize=False):
     out = OUT / name
-    plan = PLAN.format(variant=variant, client=client, ops=ops, seconds=seconds, hold=hold, extra=extra)
+    only = " ".join(f"--only {c}" for c in ONLY)
+    plan = PLAN.format(variant=variant, client=client, only=only, ops=ops, seconds=seconds, hold=hold,
+                       extra=extra)
     if summarize:
         res = Done(out)
     else:
@@ -208,10 +211,16 @@ def main():
     ap.add_argument("--nvidia-ops", type=int, default=0,
                     help="operations per configuration for nvidia-peermem (default: as peermem-rs's)")
     ap.add_argument("--extra", default="", help="more stress options, e.g. '--slab-permille 5'")
+    ap.add_argument("--only", default="",
+                    help="only these of stress.sh's configurations, e.g. 0:0:1,0:1:1 (persistent_api_support:"
+                         "peerdirect_support:ex_support), to chase what one of them found")
     ap.add_argument("--summarize", action="store_true",
                     help="boot nothing: summarize the boots already in .build/stress/")
     a = ap.parse_args()
 
+    global CONFIGS, ONLY
+    ONLY = [c for c in a.only.split(",") if c]
+    CONFIGS = len(ONLY) or CONFIGS
     start = time.monotonic()
     OUT.mkdir(parents=True, exist_ok=True)
     kdir = vm.kernel_dir()
