@@ -33,7 +33,7 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    Actor, Commit, HostCall, Op, Refusal, Registration, Step, Violation,
+    Actor, Commit, HostCall, NPin, Op, Refusal, Registration, Step, Violation,
 };
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
@@ -177,6 +177,42 @@ fn queue() -> &'static workqueue::Queue {
     module::work_queue()
 }
 
+kernel::sync::global_lock! {
+    // SAFETY: initialised by `init`, from module init, before any client is registered.
+    unsafe(uninit) static N_PINS: Mutex<()> = ();
+}
+
+/// Sets up [`N_PINS`]. Called once from module init.
+pub(crate) fn init() {
+    // SAFETY: called once, from module init, before any registration can pin.
+    unsafe { N_PINS.init() };
+}
+
+// Lock rules of `N_PINS`, the lock of the notification pins' keys.
+//
+// Why: `nvidia_p2p_put_pages` finds the pin to unpin by its page-table pointer among the calling
+// process's pins (nv-p2p.c, nv_p2p_put_pages -> rm_p2p_put_pages), and a teardown frees that table
+// right after our callback returns. An unpin racing a teardown (`Op::UnpinN` made while cudaFree
+// calls us back) passes a pointer to freed memory; when another registration of the same process
+// pinned in between and got the same address, the driver unpins that other pin, silently and
+// without its callback, and frees its table under it (found by `make stress` on the benchmark
+// kernel, where slab addresses are reused at once: a table freed twice in the NVIDIA stand-in,
+// then oopses). So peermem-rs's own pins of N and unpins of N exclude each other, and an unpin
+// first checks, under this lock, that the callback has not torn N down meanwhile (the callback
+// marks it before the driver frees the table): then no pin of ours can take the address of the
+// table the unpin names until the unpin has returned.
+//
+// Protects: nothing but that order; no data. Taken by `Op::PinN` and `Op::UnpinN` only, around
+// the driver call, never in the free callback, never with the registration lock held (that lock
+// is taken and dropped inside it). Order: `N_PINS` -> the driver's RM API lock (taken inside
+// get_pages / put_pages). Both ops are made only where the state machine allows taking the API
+// lock (`Op::takes_driver_api_lock`), so a task waiting here holds nothing a holder of the API
+// lock waits for, and a holder of the API lock (a teardown, our callback under it) never takes
+// this lock: no cycle.
+//
+// Left open: a pin made by another module in the same process (gdrdrv, for one) can still take
+// the address between a teardown and our unpin; nvidia.ko gives a client no way to close that.
+
 impl RegCtx {
     fn range(&self) -> GpuRange {
         self.inner.lock().state.range()
@@ -240,6 +276,7 @@ impl RegCtx {
                 // lies in one allocation), and costs one 64 KiB BAR1 extent instead of a second
                 // mapping of the whole range.
                 let range = range.first_page();
+                let _n_pins = N_PINS.lock();
                 let data = ForeignRef::give(Arc::from(self));
                 self.inner.lock().driver_ref = Some(data);
                 // SAFETY: `data` is a reference to this registration, which the driver holds until
@@ -252,7 +289,17 @@ impl RegCtx {
                 Ok(())
             }
             Op::UnpinN => {
-                let key = self.inner.lock().n;
+                let _n_pins = N_PINS.lock();
+                let key = {
+                    let g = self.inner.lock();
+                    // Torn down by the driver's callback since the state machine asked: the
+                    // table may be freed and its address another pin's (see `N_PINS`). The
+                    // state machine ignores this call's result once N is torn down.
+                    if g.state.n_pin() != NPin::Unpinning {
+                        return Ok(());
+                    }
+                    g.n
+                };
                 match key {
                     Some(key) => nvidia::put_pages(range.first_page(), key).map_err(errno),
                     None => Ok(()),

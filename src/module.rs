@@ -13,7 +13,7 @@ use kernel::sync::atomic::{Acquire, Atomic, Release};
 use kernel::workqueue::Queue;
 
 use crate::peer_mem::{ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT};
-use crate::{stats, sys};
+use crate::{client, stats, sys};
 
 /// The registered clients: the invalidating one (if any) and the persistent one.
 struct Clients {
@@ -241,6 +241,7 @@ fn register(
 fn register_clients() -> Result<Clients> {
     let params = params()?;
     stats::init();
+    client::init();
     let clients = if params.persistent_only {
         Clients {
             _invalidating: None,
