@@ -20,6 +20,13 @@
 //! the innermost lock: it nests inside the NVIDIA driver's RM API lock (held by the teardown while
 //! it runs our free callback) and the host's per-MR mapping lock (held around our get_pages,
 //! dma_map and a legacy host's dma_unmap/put_pages), and nothing is taken inside it.
+//!
+//! # The notification-pin lock
+//!
+//! `N_PINS` (below, with its rules) is a module-wide mutex held around peermem-rs's own
+//! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins, outside the driver's
+//! RM API lock and never in the free callback: an unpin racing a teardown must not name a table
+//! address another of our pins has taken meanwhile.
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
