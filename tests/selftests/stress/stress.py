@@ -10,7 +10,7 @@ boot, wall time.
 
     tests/selftests/stress/stress.py [--payload DIR] [--ops N] [--hold N] [--bar-mib M]
                                      [--seconds S] [--clients peermem_rs,nvidia_peermem]
-                                     [--variants switch,switch-iommu]
+                                     [--variants switch,switch-iommu] [--only 0:0:1,...]
 
 The boots run the debug kernel of `make check`; with PEERMEM_KERNEL_FLAVOUR=bench, the benchmark
 kernel (no KASAN, lockdep, kmemleak or fault injection; several times faster under TCG), for the
