@@ -198,8 +198,10 @@ pub(crate) fn init() {
 // Lock rules of `N_PINS`, the lock of the notification pins' keys.
 //
 // Why: `nvidia_p2p_put_pages` finds the pin to unpin by its page-table pointer among the calling
-// process's pins (nv-p2p.c, nv_p2p_put_pages -> rm_p2p_put_pages), and a teardown frees that table
-// right after our callback returns. An unpin racing a teardown (`Op::UnpinN` made while cudaFree
+// process's pins and frees that table when it was found (550.163.01 kernel-open/nvidia/nv-p2p.c:
+// 321-328; RmP2PPutPages, src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1497, looks up the process's
+// P2P object without a token, then deletes the mapping info by that key), and a teardown frees
+// the table right after our callback returns (nv-p2p.c:376-382). An unpin racing a teardown (`Op::UnpinN` made while cudaFree
 // calls us back) passes a pointer to freed memory; when another registration of the same process
 // pinned in between and got the same address, the driver unpins that other pin, silently and
 // without its callback, and frees its table under it (found by `make stress` on the benchmark

@@ -200,7 +200,11 @@ failed:
 		if (put == -ENOENT || put == -ESRCH) {
 			/*
 			 * The memory went between the two sections and RM dropped the pin without a
-			 * callback. nvidia.ko leaks the table here; we count that and free it.
+			 * callback. nvidia.ko leaks the table here (550.163.01 nv-p2p.c:598-612: its
+			 * put_pages clears the pointer on "not found", so the free is skipped); we count
+			 * that and free it. A deviation: were a stale put_pages of a client to unpin
+			 * this table first, this free would be a second one where nvidia.ko would
+			 * leak (docs/stress.md, the benchmark-kernel run).
 			 */
 			count_inc(leaked_by_driver);
 			pr_info("get_pages: %#llx+%#llx was freed while being pinned: -EINVAL (nvidia.ko leaks its table here)\n",
