@@ -41,6 +41,16 @@ import vm    # noqa: E402
 OUT = REPO / ".build" / "stress"
 CONFIGS = 4  # stress.sh's configurations per boot (--only: fewer)
 ONLY = []
+# The kernel the boots run (build-kernel.sh reads the same variable).
+FLAVOUR = os.environ.get("PEERMEM_KERNEL_FLAVOUR", "test")
+KERNELS = {
+    "test": "the debug kernel of make check (KASAN, lockdep, kmemleak, UBSAN, DEBUG_ATOMIC_SLEEP, "
+            "hung-task detector, DMA-API debugging, failslab)",
+    "bench": "the benchmark kernel (the test kernel without the debugging options tests/bench/kernel.config "
+             "turns off: KASAN, lockdep, kmemleak, UBSAN, DMA-API debugging, fault injection and more; so "
+             "no randomized failslab and no leak scan; WARN, BUG, oops and the hung-task detector still "
+             "fail a boot)",
+}
 
 # DMA-API debugging keeps one entry per live mapping (65,536 by default, then it disables itself);
 # the hold phase keeps tens of thousands live.
@@ -169,17 +179,6 @@ def describe(b):
         s.append("```")
     s.append(f"- logs: {b['results']}")
     return "\n".join(s)
-
-
-FLAVOUR = os.environ.get("PEERMEM_KERNEL_FLAVOUR", "test")
-KERNELS = {
-    "test": "the debug kernel of make check (KASAN, lockdep, kmemleak, UBSAN, DEBUG_ATOMIC_SLEEP, "
-            "hung-task detector, DMA-API debugging, failslab)",
-    "bench": "the benchmark kernel (the test kernel without the debugging options tests/bench/kernel.config "
-             "turns off: KASAN, lockdep, kmemleak, UBSAN, DMA-API debugging, fault injection and more; so "
-             "no randomized failslab and no leak scan; WARN, BUG, oops and the hung-task detector still "
-             "fail a boot)",
-}
 
 
 def check_payload_kernel(payload):
