@@ -1076,9 +1076,10 @@ static void *remover_main(void *arg)
 
 static const char *const nv_counters[] = {
 	"total_pins", "total_persistent_pins", "total_dma_mappings", "free_callbacks",
-	"foreign_put_pages", "stale_put_pages", "stale_dma_unmaps", "injected_failures",
-	"callback_reentries", "bad_put_pages", "leaked_by_driver", "peer_mismatch_warnings",
-	"bar1_refusals", "lookup_failures", "total_allocations", "race_gate_timeouts",
+	"foreign_put_pages", "stale_put_pages", "reused_put_pages", "stale_dma_unmaps",
+	"injected_failures", "callback_reentries", "bad_put_pages", "leaked_by_driver",
+	"peer_mismatch_warnings", "bar1_refusals", "lookup_failures", "total_allocations",
+	"race_gate_timeouts",
 };
 static const char *const host_counters[] = {
 	"reg_ok", "reg_failed", "peer_reg_unwound", "release_calls", "kworker_deregs",
@@ -1469,8 +1470,9 @@ int main(int argc, char **argv)
 	}
 	check(delta(&before, &after, "callback_reentries") == 0 &&
 	      delta(&before, &after, "bad_put_pages") == 0 &&
+	      delta(&before, &after, "reused_put_pages") == 0 &&
 	      delta(&before, &after, "peer_mismatch_warnings") == 0,
-	      "the driver saw no re-entry, no bad put and no peer mismatch");
+	      "the driver saw no re-entry, no bad put, no put of a reused table and no peer mismatch");
 	check(delta(&before, &after, "race_gate_timeouts") == 0, "no race gate timed out");
 
 	say("# stress result: %" PRIu64 " register/deregister operations (%" PRIu64

@@ -132,6 +132,7 @@ enum standin_fn {
 	X(teardown_dma_mappings)	\
 	X(unregisters)			\
 	X(stale_put_pages)		\
+	X(reused_put_pages)		\
 	X(foreign_put_pages)		\
 	X(stale_dma_unmaps)		\
 	X(bad_put_pages)		\
@@ -222,7 +223,8 @@ int rm_p2p_register_callback(u64 va, u64 len, const void *key,
 int rm_p2p_get_gpu_info(u64 va, u64 len, u8 **uuid);
 int rm_p2p_get_pages_persistent(u64 va, u64 len, const void *key, bool force_bar1,
 				u64 *phys, u32 *entries);
-int rm_p2p_put_pages(const void *key);
+u64 rm_newest_pin_serial(void);
+int rm_p2p_put_pages(const void *key, u64 newest_at_call);
 int rm_p2p_put_pages_persistent(const void *key);
 void rm_del_vidmem_locked(struct standin_alloc *a);
 void rm_free_leftover_records(void);

@@ -194,7 +194,8 @@ static int nv_p2p_get_pages(bool persistent, u64 p2p_token, u32 va_space, u64 va
 failed:
 	if (got_pages) {
 		/* Unpin through RM as put_pages would, from this same task. */
-		put = persistent ? rm_p2p_put_pages_persistent(pt) : rm_p2p_put_pages(pt);
+		put = persistent ? rm_p2p_put_pages_persistent(pt) :
+				     rm_p2p_put_pages(pt, rm_newest_pin_serial());
 		if (!put || put == -ENOENT || put == -ESRCH)
 			*page_table = NULL;
 		if (put == -ENOENT || put == -ESRCH) {
@@ -204,7 +205,8 @@ failed:
 			 * put_pages clears the pointer on "not found", so the free is skipped); we count
 			 * that and free it. A deviation: were a stale put_pages of a client to unpin
 			 * this table first, this free would be a second one where nvidia.ko would
-			 * leak (docs/stress.md, the benchmark-kernel run).
+			 * leak (docs/stress.md, the benchmark-kernel run); that put_pages WARNs first
+			 * when it began before this pin was made (reused_put_pages).
 			 */
 			count_inc(leaked_by_driver);
 			pr_info("get_pages: %#llx+%#llx was freed while being pinned: -EINVAL (nvidia.ko leaks its table here)\n",
@@ -251,6 +253,7 @@ static int p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 static int p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual_address,
 			 struct nvidia_p2p_page_table *page_table)
 {
+	u64 newest_at_call = rm_newest_pin_serial();
 	int ret = standin_inject(FN_PUT_PAGES);
 
 	if (ret)
@@ -258,7 +261,7 @@ static int p2p_put_pages(uint64_t p2p_token, uint32_t va_space, uint64_t virtual
 	if (!page_table)
 		return 0;
 	race_point(RP_PUT_PAGES_BEFORE_LOCK);
-	ret = rm_p2p_put_pages(page_table);
+	ret = rm_p2p_put_pages(page_table, newest_at_call);
 	if (ret == -ESRCH || ret == -ENOENT) {
 		if (ret == -ESRCH)
 			count_inc(foreign_put_pages);

@@ -38,6 +38,7 @@ struct rm_record {
 	void *data;
 	u64 offset;			/* in the allocation */
 	u64 length;			/* the BAR1 extent length: 64 KiB multiple */
+	u64 serial;			/* order of creation: see rm_p2p_put_pages */
 };
 
 /* A BAR1 mapping of part of an allocation, shared by the records of one object that cover it. */
@@ -50,6 +51,8 @@ struct rm_extent {
 
 /* Under the API lock. */
 static DEFINE_HASHTABLE(records, 12);
+/* The serial of the newest record: written under the API lock, read without it. */
+static atomic64_t newest_serial;
 
 /*
  * rmapiLockAcquire(API_LOCK_FLAGS_NONE): the write lock, refused to the task that already holds it
@@ -201,6 +204,7 @@ static struct rm_record *record_add(struct standin_alloc *a, enum rm_object obj,
 	r->key = key;
 	r->offset = off;
 	r->length = len;
+	r->serial = atomic64_inc_return(&newest_serial);
 	hash_add(records, &r->hash, (unsigned long)key);
 	list_add_tail(&r->node, &a->vidmem[obj].records);
 	count_inc(live_pins);
@@ -428,8 +432,21 @@ out:
  * unpinned and unlinked (the caller frees the table after the lock). -ESRCH: a pin with that key
  * exists in another object (another process's, or RM's internal one of persistent pins); -ENOENT:
  * none at all. Both are NV_ERR_OBJECT_NOT_FOUND, which nv-p2p turns into success.
+ *
+ * @newest_at_call is rm_newest_pin_serial() when the caller's put_pages began. A record made after
+ * that cannot be the caller's pin: the caller's table was torn down (freed) after its put_pages
+ * began, and a new pin of the same process got the same address. RM cannot tell (the key is only
+ * compared, 550.163.01 p2p.c:1455-1497) and unpins that other pin without its callback, and
+ * nv-p2p frees its table under its owner (nv-p2p.c:321-328); so does the stand-in, after a WARN
+ * (reused_put_pages) that names the client's bug. A stale put that began after the new pin was
+ * made looks like a good one and goes unseen.
  */
-int rm_p2p_put_pages(const void *key)
+u64 rm_newest_pin_serial(void)
+{
+	return atomic64_read(&newest_serial);
+}
+
+int rm_p2p_put_pages(const void *key, u64 newest_at_call)
 {
 	struct rm_record *r;
 	int ret;
@@ -439,6 +456,11 @@ int rm_p2p_put_pages(const void *key)
 		return ret;
 	r = record_find(key, RM_OBJ_PROCESS, current->tgid);
 	if (r) {
+		if (r->serial > newest_at_call) {
+			count_inc(reused_put_pages);
+			WARN(1, "put_pages: %p is the table of a pin made after this put_pages began: the caller's pin was torn down and its table's address reused; unpinning the other pin without its callback, as nvidia.ko does\n",
+			     key);
+		}
 		standin_cost(COST_UNPIN, r->length / GPU_PAGE_SIZE);
 		record_del(r);
 	} else {
