@@ -201,15 +201,16 @@ pub(crate) fn init() {
 // process's pins and frees that table when it was found (550.163.01 kernel-open/nvidia/nv-p2p.c:
 // 321-328; RmP2PPutPages, src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1497, looks up the process's
 // P2P object without a token, then deletes the mapping info by that key), and a teardown frees
-// the table right after our callback returns (nv-p2p.c:376-382). An unpin racing a teardown (`Op::UnpinN` made while cudaFree
-// calls us back) passes a pointer to freed memory; when another registration of the same process
-// pinned in between and got the same address, the driver unpins that other pin, silently and
-// without its callback, and frees its table under it (found by `make stress` on the benchmark
-// kernel, where slab addresses are reused at once: a table freed twice in the NVIDIA stand-in,
-// then oopses). So peermem-rs's own pins of N and unpins of N exclude each other, and an unpin
-// first checks, under this lock, that the callback has not torn N down meanwhile (the callback
-// marks it before the driver frees the table): then no pin of ours can take the address of the
-// table the unpin names until the unpin has returned.
+// the table right after our callback returns (nv-p2p.c:376-382). An unpin racing a teardown
+// (`Op::UnpinN` made while cudaFree calls us back) passes a pointer to freed memory; when another
+// registration of the same process pinned in between and got the same address, the driver
+// unpins that other pin, silently and without its callback, and frees its table under it (found
+// by `make stress` on the benchmark kernel, where slab addresses are reused at once: a table
+// freed twice in the NVIDIA stand-in, then oopses; the stand-in now WARNs at such a put_pages,
+// `reused_put_pages`). So peermem-rs's own pins of N and unpins of N exclude each other, and an
+// unpin first checks, under this lock, that the callback has not torn N down meanwhile (the
+// callback marks it before the driver frees the table): then no pin of ours can take the address
+// of the table the unpin names until the unpin has returned.
 //
 // Protects: nothing but that order; no data. Taken by `Op::PinN` and `Op::UnpinN` only, around
 // the driver call, never in the free callback, never with the registration lock held (that lock
