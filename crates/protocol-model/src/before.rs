@@ -680,7 +680,12 @@ fn step_ctx(w: &mut World, tid: Tid, f: Frame, range: GpuRange) -> Option<()> {
         }
         (Entry::PutPages, 2) => {
             set(w, tid, f, 3);
-            let op = if p_or_n(w) { DOp::UnpinP } else { DOp::UnpinN };
+            let op = if p_or_n(w) {
+                DOp::UnpinP
+            } else {
+                // Its glue's key is N's table, which it read under its lock.
+                DOp::UnpinN { key: w.n.slot }
+            };
             call(w, tid, op);
         }
         (Entry::PutPages, _) => {
@@ -727,7 +732,12 @@ fn step_ctx(w: &mut World, tid: Tid, f: Frame, range: GpuRange) -> Option<()> {
         (Entry::Release, 3) => {
             w.returned(tid)?;
             set(w, tid, f, 4);
-            let op = if p_or_n(w) { DOp::UnpinP } else { DOp::UnpinN };
+            let op = if p_or_n(w) {
+                DOp::UnpinP
+            } else {
+                // Its glue's key is N's table, which it read under its lock.
+                DOp::UnpinN { key: w.n.slot }
+            };
             call(w, tid, op);
         }
         (Entry::Release, 4) => {

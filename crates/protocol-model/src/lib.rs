@@ -17,7 +17,13 @@
 //!   finds nothing; `put_pages_persistent` works from any task; the free path (cudaFree, process
 //!   exit) holds the API lock, calls the pin's free callback, and frees the page table, its DMA
 //!   mappings and the semaphore as soon as the callback returns. Persistent pins are never called
-//!   back and never torn down.
+//!   back and never torn down. A non-persistent page table has an address, which is the pin's key:
+//!   `put_pages` (token 0) looks the pin up by that address alone among the calling process's
+//!   pins, of any of its allocations (550.163.01 `kernel-open/nvidia/nv-p2p.c:321-328`;
+//!   `src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1497` and `RmP2PGetInfoWithoutToken`,
+//!   `p2p.c:873-954`; `CliGetThirdPartyP2PPlatformData`, `third_party_p2p.c:279-298`), and a freed
+//!   table's address is handed to the next table allocated (the table lives in `nv_p2p_mem_info`,
+//!   kmalloc'ed at `nv-p2p.c:422`: slab reuses addresses per size class, whatever the allocation).
 //! - **the MLNX_OFED host** as `drivers/infiniband/core/peer_mem.c` and mlx5 do it: the per-umem
 //!   mapping lock taken before get_pages and, for an invalidating client, held through dma_map until
 //!   the memory key exists and the notifier is armed; invalidation (looked up by id) takes it,
@@ -26,19 +32,35 @@
 //!   unmap after it), then releases; `ib_unregister_peer_memory_client` waits for its users.
 //! - **the tasks of a node**: the owner process registering (`ibv_reg_mr`); the owner freeing the
 //!   memory (cudaFree or exit) at any moment; a deregistration from the owner, from a forked child
-//!   doing the last close, or from a device-removal kworker; our work item; `rmmod`.
+//!   doing the last close, or from a device-removal kworker; our work item; `rmmod`; and, in the
+//!   reuse configurations, a second registration of the owner pinning its N on a second allocation
+//!   at any moment. (Not on the first: the teardown is the allocation's end, cudaFree via
+//!   `vidmemDestruct` or the P2P object's destruction, `third_party_p2p.c:556-609`, after which no
+//!   pin of it can be made; a table at a reused address is another allocation's.)
 //! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
-//!   `src/client.rs` does (every decision is the state machine's); the previous client runs its state
-//!   machine (`before.rs`) as the glue of commit 8adc715 did.
+//!   `src/client.rs` does (every decision is the state machine's), with `N_PINS` around its pins
+//!   and unpins of N and the "still Unpinning?" check under it; the client of eb5e4f5 (`NoNPins`, the
+//!   parent of 8071b8f) is the same without them; the previous client runs its state machine
+//!   (`before.rs`) as the glue of commit 8adc715 did.
 //!
 //! Properties: no driver structure used after the driver freed it; no registration used after its
 //! last reference went; no re-entry into the driver's API lock; no module code running after the
 //! module was unloaded; the NIC never keeps a usable memory key on memory the driver freed or on a
-//! dead DMA mapping; no deadlock; and at the end nothing leaked (every pin, mapping, reference,
-//! lock and the work item back to zero).
+//! dead DMA mapping; no put_pages unpins a pin its caller did not hold (another registration's,
+//! found by a reused table address); no deadlock; and at the end nothing leaked (every pin,
+//! mapping, reference, lock and the work item back to zero).
 //!
 //! Bound: one GPU allocation, one registration of it, one free, one deregistration, one work item
-//! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins.
+//! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins;
+//! for the invalidating flavour, optionally (`Config::reuse`) a second registration of the owner
+//! on a second allocation that is never freed, of which only the pin of N is modelled (`N_PINS`
+//! for the fixed client, get_pages, `N_PINS` dropped; it keeps the pin, and a module reference,
+//! so rmmod is refused), with the driver's allocator handing each non-persistent table the lowest
+//! free address (a freed table's at once; two addresses serve two live pins). Not modelled: the
+//! table allocated before the API lock (the model allocates it in section #1, where the pin becomes
+//! findable), persistent tables among the addresses (RM keeps persistent pins in its own P2P
+//! object, `p2p.c:1218-1293`, which a process's put_pages does not search), a pin made by another
+//! module of the same process (which `N_PINS` cannot exclude), more than two registrations.
 
 pub mod before;
 
@@ -57,7 +79,9 @@ pub const T_DEREG: Tid = 1;
 pub const T_FREE: Tid = 2;
 pub const T_WORK: Tid = 3;
 pub const T_RMMOD: Tid = 4;
-const THREADS: usize = 5;
+/// The second registration's pin of N (reuse configurations only).
+pub const T_PIN2: Tid = 5;
+const THREADS: usize = 6;
 
 /// Processes (thread-group ids) as the driver tells them apart.
 const OWNER: reg::Tgid = 1;
@@ -75,6 +99,9 @@ pub enum Client {
     Fixed,
     /// peermem-rs before the fix (commit 8adc715).
     Before,
+    /// peermem-rs just before commit 8071b8f (at eb5e4f5): the state machine of `Fixed`, its glue
+    /// without the `N_PINS` lock and without the "still Unpinning?" check under it.
+    NoNPins,
 }
 
 /// Who deregisters the memory.
@@ -108,6 +135,9 @@ pub struct Config {
     pub dereg: Dereg,
     /// The driver refuses unpins (put_pages and put_pages_persistent return -EIO, pin kept).
     pub unpin_fails: bool,
+    /// A second registration of the owner process pins its N on a second allocation (never freed)
+    /// at any moment, and the driver's allocator hands it the address of a page table it freed.
+    pub reuse: bool,
 }
 
 impl fmt::Display for Config {
@@ -132,12 +162,21 @@ impl fmt::Display for Config {
             } else {
                 ""
             }
-        )
+        )?;
+        if self.reuse {
+            write!(
+                f,
+                ", a second registration pinning N on another allocation (table addresses reused)"
+            )?;
+        }
+        Ok(())
     }
 }
 
 impl Config {
-    /// Every configuration of `client`.
+    /// Every configuration of `client`: with the second registration and the reuse of table
+    /// addresses for the invalidating flavour (the only one with an N), except for the client of
+    /// 8adc715, whose glue is kept as it was checked.
     pub fn all(client: Client) -> Vec<Config> {
         let mut v = Vec::new();
         for flavour in [Flavour::Persistent, Flavour::Invalidating] {
@@ -147,13 +186,20 @@ impl Config {
                 }
                 for dereg in [Dereg::Owner, Dereg::ForkedChild, Dereg::DeviceRemoval] {
                     for unpin_fails in [false, true] {
-                        v.push(Config {
-                            client,
-                            flavour,
-                            legacy,
-                            dereg,
-                            unpin_fails,
-                        });
+                        for reuse in [false, true] {
+                            if reuse && (flavour == Flavour::Persistent || client == Client::Before)
+                            {
+                                continue;
+                            }
+                            v.push(Config {
+                                client,
+                                flavour,
+                                legacy,
+                                dereg,
+                                unpin_fails,
+                                reuse,
+                            });
+                        }
                     }
                 }
             }
@@ -175,6 +221,9 @@ pub enum Bug {
     ModuleCodeAfterUnload,
     /// The NIC kept a usable memory key on freed or unmapped memory.
     NicUsesDeadMemory(&'static str),
+    /// A put_pages found and unpinned a pin its caller did not hold: the driver's lookup by table
+    /// address found another registration's pin, made at the address of a table it had freed.
+    StaleUnpin(&'static str),
 }
 
 /// A pin of the NVIDIA driver, with the page table (and the allocation holding its DMA-mapping
@@ -191,6 +240,9 @@ pub struct Pin {
     pub mapped: bool,
     /// Ever pinned (to tell "never existed" from "freed").
     pub existed: bool,
+    /// The page table's address, as the driver's allocator hands them out: once the table is
+    /// freed, the next table allocated may get the same one (non-persistent pins only).
+    pub slot: u8,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -205,7 +257,12 @@ pub enum HostMr {
 pub enum DOp {
     PinP,
     PinN,
-    UnpinN,
+    /// get_pages of the second registration's N, on the second allocation.
+    PinN2,
+    /// put_pages of the table at address `key`.
+    UnpinN {
+        key: u8,
+    },
     UnpinP,
     /// dma_map_pages of P's table (`true`) or N's (`false`: the previous client).
     Map(bool),
@@ -227,6 +284,10 @@ pub enum Ours {
     },
     /// The previous client's code.
     Before(before::Frame),
+    /// The glue's `Op::PinN` (`N_PINS` around get_pages, for the fixed client).
+    PinN(u8),
+    /// The glue's `Op::UnpinN` (`N_PINS`, then "still Unpinning?", for the fixed client).
+    UnpinN(u8),
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -255,13 +316,21 @@ pub enum Entry {
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Frame {
     HostReg(u8),
-    HostDereg { pc: u8, cur: HostMr },
+    HostDereg {
+        pc: u8,
+        cur: HostMr,
+    },
     HostInvalidate(u8),
     Teardown(u8),
-    Driver { op: DOp, pc: u8 },
+    Driver {
+        op: DOp,
+        pc: u8,
+    },
     WorkItem(u8),
     Rmmod(u8),
     Ours(Ours),
+    /// The second registration's `Op::PinN`, reduced to what touches N_PINS and the driver.
+    SecondPin(u8),
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -292,6 +361,8 @@ pub struct World {
     pub n: Pin,
     /// The driver holds our `data` for N's callback.
     pub n_data: bool,
+    /// The second registration's N (reuse configurations), on an allocation that is never freed.
+    pub n2: Pin,
     // MLNX host
     pub mapping_lock: Option<Tid>,
     pub xa: bool,
@@ -302,6 +373,10 @@ pub struct World {
     // peermem-rs
     pub state: Option<reg::Registration>,
     pub old: Option<before::Old>,
+    /// The glue's key of N (`Inner::n`): the address of the table get_pages handed back.
+    pub n_key: Option<u8>,
+    /// The task holding `N_PINS`.
+    pub n_pins: Option<Tid>,
     /// References to the registration (`Arc<RegCtx>`): the host's, the driver's, the work item's.
     pub refs: u8,
     pub ctx_created: bool,
@@ -337,12 +412,14 @@ impl World {
                 thread(OWNER, Some(Frame::Teardown(0))),
                 thread(KWORKER, Some(Frame::WorkItem(0))),
                 thread(RMMOD, Some(Frame::Rmmod(0))),
+                thread(OWNER, cfg.reuse.then_some(Frame::SecondPin(0))),
             ],
             api_lock: None,
             allocated: true,
             p: Pin::default(),
             n: Pin::default(),
             n_data: false,
+            n2: Pin::default(),
             mapping_lock: None,
             xa: false,
             mr: HostMr::Unmapped,
@@ -351,6 +428,8 @@ impl World {
             registered: Registered::Pending,
             state: None,
             old: None,
+            n_key: None,
+            n_pins: None,
             refs: 0,
             ctx_created: false,
             wq_queued: false,
@@ -431,7 +510,7 @@ impl World {
     /// Pushes the client's entry point `e` on `tid`.
     fn call_client(&mut self, tid: Tid, e: Entry) {
         let frame = match self.cfg.client {
-            Client::Fixed => match e {
+            Client::Fixed | Client::NoNPins => match e {
                 Entry::Acquire => Ours::Acquire(0),
                 Entry::Callback => Ours::Run {
                     actor: Actor::Callback,
@@ -515,7 +594,7 @@ impl World {
         if self.refs > 0 && !self.cfg.unpin_fails {
             return Some("a reference to the registration");
         }
-        if self.api_lock.is_some() || self.mapping_lock.is_some() {
+        if self.api_lock.is_some() || self.mapping_lock.is_some() || self.n_pins.is_some() {
             return Some("a lock");
         }
         if self.usecnt > 0 {
@@ -544,6 +623,9 @@ impl World {
             Frame::Ours(Ours::Acquire(pc)) => self.fixed_acquire(tid, pc)?,
             Frame::Ours(Ours::Run { actor, call, pc }) => self.fixed_run(tid, actor, call, pc)?,
             Frame::Ours(Ours::Before(f)) => before::step(&mut self, tid, f)?,
+            Frame::Ours(Ours::PinN(pc)) => self.glue_pin_n(tid, pc)?,
+            Frame::Ours(Ours::UnpinN(pc)) => self.glue_unpin_n(tid, pc)?,
+            Frame::SecondPin(pc) => self.second_pin(tid, pc)?,
         }
         Some(self)
     }
@@ -831,6 +913,16 @@ impl World {
         Some(())
     }
 
+    /// The address the driver's allocator hands the next non-persistent page table: the lowest
+    /// one no live table has, so a freed table's address is handed out again at once (as slab
+    /// does for the size class of `nv_p2p_mem_info`, whatever the allocation it pins).
+    fn free_slot(&self) -> u8 {
+        let taken = |s: u8, p: &Pin| p.table_alive && p.slot == s;
+        (0..)
+            .find(|&s| !taken(s, &self.n) && !taken(s, &self.n2))
+            .unwrap()
+    }
+
     fn table(&mut self, p: bool) -> &mut Pin {
         if p {
             &mut self.p
@@ -851,6 +943,7 @@ impl World {
                         table_alive: true,
                         mapped: false,
                         existed: true,
+                        slot: 0,
                     };
                     Ok(())
                 } else {
@@ -868,6 +961,7 @@ impl World {
                         table_alive: true,
                         mapped: false,
                         existed: true,
+                        slot: self.free_slot(),
                     };
                     self.set_pc(tid, Frame::Driver { op, pc: 1 });
                 } else {
@@ -886,16 +980,54 @@ impl World {
                     self.ret(tid, Err(EINVAL));
                 }
             }
-            (DOp::UnpinN, _) => {
+            (DOp::PinN2, 0) => {
+                // Section #1 of the second registration's get_pages: its table is allocated (the
+                // model allocates it here rather than before the API lock: only once linked here
+                // can a lookup find it), the pin linked under that address.
+                self.api_free_for(tid)?;
+                self.n2 = Pin {
+                    tracked: true,
+                    armed: false,
+                    table_alive: true,
+                    mapped: false,
+                    existed: true,
+                    slot: self.free_slot(),
+                };
+                self.set_pc(tid, Frame::Driver { op, pc: 1 });
+            }
+            (DOp::PinN2, _) => {
+                // Section #2: the callback registered (the second allocation is never freed).
+                self.api_free_for(tid)?;
+                let r = if self.n2.tracked {
+                    self.n2.armed = true;
+                    Ok(())
+                } else {
+                    // Unlinked under it by a stale put_pages (already a bug).
+                    Err(EINVAL)
+                };
+                self.ret(tid, r);
+            }
+            (DOp::UnpinN { key }, _) => {
                 self.api_free_for(tid)?;
                 let r = if self.cfg.unpin_fails {
                     Err(EIO)
                 } else {
-                    if self.n.tracked && self.n.armed && owner {
+                    // RmP2PPutPages with token 0: the calling process's P2P object, and in it the
+                    // pin whose key is the table's address; the VA plays no part. Found: unlinked,
+                    // and nv_p2p_put_pages frees the table.
+                    let live = |p: &Pin| p.tracked && p.table_alive && p.slot == key;
+                    if owner && self.n.armed && live(&self.n) {
                         self.n.tracked = false;
                         self.n.table_alive = false;
                         self.n.mapped = false;
                         self.n_data = false;
+                    } else if owner && live(&self.n2) {
+                        self.n2.tracked = false;
+                        self.n2.table_alive = false;
+                        self.bug(Bug::StaleUnpin(
+                            "put_pages of a freed table unpinned the second registration's N, \
+                             made at the same address (no callback; its table freed under it)",
+                        ));
                     }
                     // Not found among the caller's pins (another process, or torn down): 0.
                     Ok(())
@@ -995,8 +1127,9 @@ impl World {
                 if !self.ctx_created && self.registered == Registered::Pending {
                     return None;
                 }
-                // try_stop_module: refused while anything holds a module reference.
-                if self.ctx_alive() {
+                // try_stop_module: refused while anything holds a module reference (the second
+                // registration holds one for as long as it lives, i.e. to the end of the model).
+                if self.ctx_alive() || self.cfg.reuse {
                     self.ret(tid, Ok(()));
                 } else {
                     self.set_pc(tid, Frame::Rmmod(1));
@@ -1098,12 +1231,8 @@ impl World {
                 Step::Call(op) => {
                     set(self, RunPc::Await(op));
                     match op {
-                        Op::PinN => {
-                            // The glue hands the driver a reference before the call.
-                            self.refs += 1;
-                            self.call_driver(tid, DOp::PinN);
-                        }
-                        Op::UnpinN => self.call_driver(tid, DOp::UnpinN),
+                        Op::PinN => self.push(tid, Frame::Ours(Ours::PinN(0))),
+                        Op::UnpinN => self.push(tid, Frame::Ours(Ours::UnpinN(0))),
                         Op::MapP => self.call_driver(tid, DOp::Map(true)),
                         Op::UnmapP => self.call_driver(tid, DOp::Unmap(true)),
                         Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
@@ -1150,6 +1279,118 @@ impl World {
                 }
             },
             RunPc::Return(_) | RunPc::DropHostRef => unreachable!(),
+        }
+        Some(())
+    }
+}
+
+impl World {
+    /// Does the client's glue take `N_PINS` around its pins and unpins of N?
+    fn models_n_pins(&self) -> bool {
+        self.cfg.client == Client::Fixed
+    }
+
+    /// Takes `N_PINS` for `tid`: `None` while another task holds it.
+    fn take_n_pins(&mut self, tid: Tid) -> Option<()> {
+        match self.n_pins {
+            None => {
+                self.n_pins = Some(tid);
+                Some(())
+            }
+            Some(t) => {
+                assert_ne!(t, tid, "N_PINS is not taken twice by a task");
+                None
+            }
+        }
+    }
+
+    /// The glue's `Op::PinN` (src/client.rs): `N_PINS` (fixed client), a reference handed to the
+    /// driver as the callback's data, get_pages of N, the key stored, `N_PINS` dropped.
+    fn glue_pin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        match pc {
+            0 => {
+                if self.models_n_pins() {
+                    self.take_n_pins(tid)?;
+                }
+                self.our_code(true, "get_pages of N");
+                self.refs += 1;
+                self.set_pc(tid, Frame::Ours(Ours::PinN(1)));
+                self.call_driver(tid, DOp::PinN);
+            }
+            _ => {
+                let r = self.take_ret(tid)?;
+                self.our_code(true, "get_pages of N");
+                if r.is_ok() {
+                    self.n_key = Some(self.n.slot);
+                }
+                if self.models_n_pins() {
+                    self.n_pins = None;
+                }
+                self.ret(tid, r);
+            }
+        }
+        Some(())
+    }
+
+    /// The glue's `Op::UnpinN`: the fixed client takes `N_PINS` and, under the registration lock,
+    /// makes the call only if N is still Unpinning (the callback marks it TornDown before the
+    /// driver frees the table); the client without `N_PINS` reads the key and calls.
+    fn glue_unpin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        match pc {
+            0 => {
+                if self.models_n_pins() {
+                    self.take_n_pins(tid)?;
+                }
+                self.our_code(true, "put_pages of N");
+                let unpinning =
+                    self.state.as_ref().expect("registration").n_pin() == reg::NPin::Unpinning;
+                match self.n_key {
+                    Some(key) if unpinning || !self.models_n_pins() => {
+                        self.set_pc(tid, Frame::Ours(Ours::UnpinN(1)));
+                        self.call_driver(tid, DOp::UnpinN { key });
+                    }
+                    _ => {
+                        // Torn down meanwhile (or never pinned): no call, and N_PINS dropped on
+                        // the way out; the state machine ignores the result once N is torn down.
+                        self.n_pins = None;
+                        self.ret(tid, Ok(()));
+                    }
+                }
+            }
+            _ => {
+                let r = self.take_ret(tid)?;
+                self.our_code(true, "put_pages of N");
+                if self.models_n_pins() {
+                    self.n_pins = None;
+                }
+                self.ret(tid, r);
+            }
+        }
+        Some(())
+    }
+
+    /// The second registration (owner process, second allocation) pinning its N as the glue's
+    /// `Op::PinN` does: `N_PINS` (fixed client), get_pages, `N_PINS` dropped. Its registration
+    /// state, host and callback are left out: its allocation is never freed in the model, and it
+    /// keeps its pin to the end.
+    fn second_pin(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        match pc {
+            0 => {
+                if self.models_n_pins() {
+                    self.take_n_pins(tid)?;
+                }
+                self.our_code(false, "");
+                self.set_pc(tid, Frame::SecondPin(1));
+                self.call_driver(tid, DOp::PinN2);
+            }
+            _ => {
+                self.returned(tid)?;
+                self.our_code(false, "");
+                if self.models_n_pins() {
+                    self.n_pins = None;
+                }
+                self.ret(tid, Ok(()));
+            }
         }
         Some(())
     }
@@ -1230,6 +1471,10 @@ impl Model for ProtocolModel {
                         && !(s.nic_live && s.bug.is_none() && !live_mapping(s))
                 },
             ),
+            Property::always(
+                "put_pages never unpins a pin its caller did not hold",
+                |_, s: &World| no_bug(s, |b| matches!(b, Bug::StaleUnpin(_))),
+            ),
             Property::always("no deadlock", |_, s: &World| !s.deadlocked()),
             Property::always("nothing is left behind at the end", |_, s: &World| {
                 s.leak().is_none()
@@ -1244,7 +1489,7 @@ impl Model for ProtocolModel {
 /// The NIC's key points at a DMA mapping that is alive.
 fn live_mapping(s: &World) -> bool {
     match s.cfg.client {
-        Client::Fixed => s.p.mapped && s.p.table_alive,
+        Client::Fixed | Client::NoNPins => s.p.mapped && s.p.table_alive,
         Client::Before => {
             if s.cfg.flavour == Flavour::Invalidating {
                 s.n.mapped && s.n.table_alive
@@ -1262,7 +1507,8 @@ pub fn describe(s: &World, tid: Tid) -> String {
         T_DEREG => format!("deregistering task ({:?})", s.cfg.dereg),
         T_FREE => "freeing task (owner: cudaFree/exit)".to_string(),
         T_WORK => "peermem-rs work item".to_string(),
-        _ => "rmmod".to_string(),
+        T_RMMOD => "rmmod".to_string(),
+        _ => "second registration (owner, another allocation)".to_string(),
     };
     let what = match s.threads[tid].stack.last() {
         None => "(done)".to_string(),
@@ -1335,7 +1581,9 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     (DOp::PinP, _) => "get_pages_persistent (API lock)",
                     (DOp::PinN, 0) => "get_pages: API-lock section #1 (pin, no callback yet)",
                     (DOp::PinN, _) => "get_pages: API-lock section #2 (register the callback)",
-                    (DOp::UnpinN, _) => "put_pages (API lock; looks among the caller's pins)",
+                    (DOp::PinN2, 0) => "get_pages: API-lock section #1 (table allocated, at the lowest free address; pin linked under it)",
+                    (DOp::PinN2, _) => "get_pages: API-lock section #2 (register the callback)",
+                    (DOp::UnpinN { .. }, _) => "put_pages (API lock; looks the table's address up among the caller's pins)",
                     (DOp::UnpinP, _) => "put_pages_persistent (API lock)",
                     (DOp::Map(_), 0) => "dma_map_pages: read the page table (no lock)",
                     (DOp::Map(_), 1) => "dma_map_pages: map under the API lock",
@@ -1376,7 +1624,34 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     }
                 ),
                 Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
+                Ours::PinN(0) => if s.models_n_pins() {
+                    "peermem-rs get_pages: take N_PINS, hand the driver a reference, call nvidia_p2p_get_pages"
+                } else {
+                    "peermem-rs get_pages: hand the driver a reference, call nvidia_p2p_get_pages"
+                }
+                .to_string(),
+                Ours::PinN(_) => format!(
+                    "peermem-rs get_pages: store N's key{}",
+                    if s.models_n_pins() { ", drop N_PINS" } else { "" }
+                ),
+                Ours::UnpinN(0) => if s.models_n_pins() {
+                    "peermem-rs put_pages: take N_PINS; lock: N still Unpinning? then read N's key and call nvidia_p2p_put_pages"
+                } else {
+                    "peermem-rs put_pages: lock: read N's key; unlock; call nvidia_p2p_put_pages"
+                }
+                .to_string(),
+                Ours::UnpinN(_) => format!(
+                    "peermem-rs put_pages: nvidia_p2p_put_pages returned{}",
+                    if s.models_n_pins() { ", drop N_PINS" } else { "" }
+                ),
             },
+            Frame::SecondPin(pc) => match (pc, s.models_n_pins()) {
+                (0, true) => "peermem-rs get_pages of its N: take N_PINS, call nvidia_p2p_get_pages",
+                (0, false) => "peermem-rs get_pages of its N: call nvidia_p2p_get_pages",
+                (_, true) => "peermem-rs get_pages of its N: returned, drop N_PINS",
+                (_, false) => "peermem-rs get_pages of its N: returned",
+            }
+            .to_string(),
         },
     };
     format!("{who}: {what}")

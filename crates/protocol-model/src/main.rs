@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `protocol-model [fixed|before] [--traces]`: check the registration protocol of peermem-rs
-//! exhaustively against the model of the real providers, one configuration at a time; print the
-//! states explored and which properties hold, and with `--traces` the shortest counterexample of
+//! `protocol-model [fixed|before|no-n-pins] [--traces]`: check the registration protocol of
+//! peermem-rs exhaustively against the model of the real providers, one configuration at a time;
+//! print the states explored and which properties hold, and with `--traces` the shortest counterexample of
 //! every property that fails, step by step. Exits 1 if any property fails.
 
 use std::time::Instant;
@@ -16,16 +16,19 @@ fn main() {
         match arg.as_str() {
             "fixed" => client = Client::Fixed,
             "before" => client = Client::Before,
+            "no-n-pins" => client = Client::NoNPins,
             "--traces" => traces = true,
             other => {
-                eprintln!("usage: protocol-model [fixed|before] [--traces] (not {other})");
+                eprintln!(
+                    "usage: protocol-model [fixed|before|no-n-pins] [--traces] (not {other})"
+                );
                 std::process::exit(2);
             }
         }
     }
     let start = Instant::now();
     let (mut states, mut unique, mut failures) = (0, 0, 0);
-    println!("{client:?} client: every interleaving of one registration, one free, one deregistration, the work item and one rmmod attempt");
+    println!("{client:?} client: every interleaving of one registration, one free, one deregistration, the work item, one rmmod attempt and (reuse configurations) a second registration's pin of N");
     for cfg in Config::all(client) {
         let r = check(cfg);
         states += r.states;

@@ -1,16 +1,23 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The model check as tests: the fixed client satisfies every property in every configuration,
-//! exhaustively to the model's bound; the previous client (commit 8adc715) does not, and the
-//! counterexamples are the use-after-free paths H1 and H2 and the unload race L1 that reading the
-//! real providers found.
+//! exhaustively to the model's bound, including a second registration pinning at a reused table
+//! address; the previous client (commit 8adc715) does not, and the counterexamples are the
+//! use-after-free paths H1 and H2 and the unload race L1 that reading the real providers found; the
+//! client just before commit 8071b8f (no `N_PINS`) does not either, and its counterexample is the
+//! stale unpin that `make stress` found.
 
-use protocol_model::{check, Client, Config, Dereg, Flavour};
+use protocol_model::{check, Client, Config, Dereg, Flavour, Report};
 
 #[test]
 fn the_fixed_client_satisfies_every_property_in_every_configuration() {
     let mut states = 0;
-    for cfg in Config::all(Client::Fixed) {
+    let configs = Config::all(Client::Fixed);
+    assert!(
+        configs.iter().any(|c| c.reuse),
+        "the second registration at a reused address is checked"
+    );
+    for cfg in configs {
         let r = check(cfg);
         states += r.unique_states;
         for (property, trace) in &r.properties {
@@ -32,13 +39,14 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
     assert!(states > 100_000, "the model shrank: {states} states");
 }
 
-fn before(flavour: Flavour, dereg: Dereg) -> protocol_model::Report {
+fn before(flavour: Flavour, dereg: Dereg) -> Report {
     check(Config {
         client: Client::Before,
         flavour,
         legacy: false,
         dereg,
         unpin_fails: false,
+        reuse: false,
     })
 }
 
@@ -89,5 +97,85 @@ fn l1_the_previous_client_drops_the_module_reference_inside_the_free_callback() 
 fn the_previous_persistent_client_was_safe() {
     for dereg in [Dereg::Owner, Dereg::ForkedChild, Dereg::DeviceRemoval] {
         assert!(before(Flavour::Persistent, dereg).all_hold());
+    }
+}
+
+/// The client without `N_PINS`, invalidating, deregistered by the owner, with or without the
+/// second registration and the reuse of table addresses.
+fn no_n_pins(legacy: bool, reuse: bool) -> Report {
+    check(Config {
+        client: Client::NoNPins,
+        flavour: Flavour::Invalidating,
+        legacy,
+        dereg: Dereg::Owner,
+        unpin_fails: false,
+        reuse,
+    })
+}
+
+#[test]
+fn stale_unpin_the_client_without_n_pins_unpins_another_registrations_pin_at_a_reused_address() {
+    for legacy in [false, true] {
+        let r = no_n_pins(legacy, true);
+        let t = r
+            .counterexample("put_pages never unpins a pin its caller did not hold")
+            .unwrap_or_else(|| panic!("no stale unpin (legacy: {legacy})"));
+        assert!(t.end.contains("StaleUnpin"), "{}", t.end);
+        assert!(t.end.contains("second registration's N"), "{}", t.end);
+        // The stress run's steps, in this order: (1) the deregistration decides to unpin N and reads
+        // its key; (2) the teardown calls the callback, which takes N over, and frees N's table;
+        // (3) the second registration pins, its table at the freed address; (4) the deregistration's
+        // put_pages, the last step, finds that pin by the address and unpins it.
+        let at = |from: usize, what: &str| {
+            from + t.steps[from..]
+                .iter()
+                .position(|s| s.contains(what))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "no step {what:?} after step {from} (legacy: {legacy}):\n{}",
+                        t.steps.join("\n")
+                    )
+                })
+        };
+        let reads_key = at(
+            0,
+            "deregistering task (Owner): peermem-rs put_pages: lock: read N's key",
+        );
+        let callback = at(
+            reads_key,
+            "freeing task (owner: cudaFree/exit): peermem-rs free callback: begin",
+        );
+        let freed = at(
+            callback,
+            "freeing task (owner: cudaFree/exit): NVIDIA free path step 2 (callback returned: free table",
+        );
+        let pinned = at(
+            freed,
+            "second registration (owner, another allocation): NVIDIA get_pages: API-lock section #1",
+        );
+        let stale = at(
+            pinned,
+            "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up",
+        );
+        assert_eq!(stale, t.steps.len() - 1, "{}", t.steps.join("\n"));
+        // That is all it gets wrong.
+        for (property, trace) in &r.properties {
+            assert!(
+                property.contains("put_pages never unpins") || trace.is_none(),
+                "{property} fails too (legacy: {legacy})"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_one_registration_bound_could_not_see_the_stale_unpin() {
+    for cfg in Config::all(Client::NoNPins) {
+        if !cfg.reuse {
+            assert!(check(cfg).all_hold(), "{cfg}");
+        }
+    }
+    for legacy in [false, true] {
+        assert!(no_n_pins(legacy, false).all_hold());
     }
 }
