@@ -1668,7 +1668,7 @@ pub struct Trace {
 pub struct Report {
     pub states: usize,
     pub unique_states: usize,
-    /// Every `always` property, with its shortest counterexample if it fails.
+    /// Every `always` property, with a counterexample if it fails.
     pub properties: Vec<(&'static str, Option<Trace>)>,
     /// A registration completed in some run (the model is not vacuous).
     pub registration_completes: bool,
@@ -1688,7 +1688,9 @@ impl Report {
     }
 }
 
-/// Explores every interleaving of `cfg` (breadth first, so counterexamples are shortest).
+/// Explores every interleaving of `cfg`, breadth first. A counterexample is the path to a failing
+/// state, not always a shortest one: stateright 0.31 records the path of every failing state it
+/// visits for an `always` property, and the last one stays.
 pub fn check(cfg: Config) -> Report {
     use stateright::{Checker, Expectation};
     let model = ProtocolModel { configs: vec![cfg] };

@@ -2,7 +2,7 @@
 
 //! `protocol-model [fixed|before|no-n-pins] [--traces]`: check the registration protocol of
 //! peermem-rs exhaustively against the model of the real providers, one configuration at a time;
-//! print the states explored and which properties hold, and with `--traces` the shortest counterexample of
+//! print the states explored and which properties hold, and with `--traces` a counterexample of
 //! every property that fails, step by step. Exits 1 if any property fails.
 
 use std::time::Instant;
