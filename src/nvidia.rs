@@ -223,13 +223,16 @@ pub(crate) unsafe fn get_pages(
 /// come".
 pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
     // SAFETY: the driver uses `key` as a lookup key among the caller's pins and dereferences it
-    // only when it finds it there, i.e. when it is a live pin of this process (nv-p2p.c 550:289-343,
-    // p2p.c 550:1455-1493). A key whose pin a teardown freed finds nothing, unless the driver has
-    // meanwhile made another pin of this process at the same address (its allocation reused):
-    // then that pin is unpinned without a callback. The driver's own design leaves that window
-    // open to every client that calls put_pages while the memory may be freed (nvidia-peermem
-    // too); peermem-rs calls this only from the pinning process, for a registration whose
-    // callback has not started, and the window is the length of one API-lock wait.
+    // only when it finds it there, i.e. when it is a live pin of this process (nv-p2p.c
+    // 550:289-343, p2p.c 550:1455-1493). A key whose pin a teardown freed finds nothing, unless the
+    // driver has meanwhile made another pin of this process at the same address (its allocation
+    // reused): then that pin is unpinned without a callback. The driver's own design leaves that
+    // window open to every client that calls put_pages while the memory may be freed
+    // (nvidia-peermem too). peermem-rs calls this only from the pinning process, holding `N_PINS`
+    // (src/client.rs), under which it checked that the callback had not torn N down and under
+    // which no pin of its own is made, so none of its pins can take the address; a pin made
+    // meanwhile by another module of the process can (model: crates/protocol-model,
+    // `Bug::StaleUnpin`).
     check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), key.0.as_ptr()) })
 }
 
