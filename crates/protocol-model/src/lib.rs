@@ -1290,8 +1290,12 @@ impl World {
         self.cfg.client == Client::Fixed
     }
 
-    /// Takes `N_PINS` for `tid`: `None` while another task holds it.
-    fn take_n_pins(&mut self, tid: Tid) -> Option<()> {
+    /// Takes `N_PINS` for `tid` where the client's glue has it: `None` while another task holds
+    /// it.
+    fn enter_n_pins(&mut self, tid: Tid) -> Option<()> {
+        if !self.models_n_pins() {
+            return Some(());
+        }
         match self.n_pins {
             None => {
                 self.n_pins = Some(tid);
@@ -1304,14 +1308,17 @@ impl World {
         }
     }
 
+    /// Drops `N_PINS` (a no-op where the glue has none, or where it is not held).
+    fn leave_n_pins(&mut self) {
+        self.n_pins = None;
+    }
+
     /// The glue's `Op::PinN` (src/client.rs): `N_PINS` (fixed client), a reference handed to the
     /// driver as the callback's data, get_pages of N, the key stored, `N_PINS` dropped.
     fn glue_pin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
         match pc {
             0 => {
-                if self.models_n_pins() {
-                    self.take_n_pins(tid)?;
-                }
+                self.enter_n_pins(tid)?;
                 self.our_code(true, "get_pages of N");
                 self.refs += 1;
                 self.set_pc(tid, Frame::Ours(Ours::PinN(1)));
@@ -1323,9 +1330,7 @@ impl World {
                 if r.is_ok() {
                     self.n_key = Some(self.n.slot);
                 }
-                if self.models_n_pins() {
-                    self.n_pins = None;
-                }
+                self.leave_n_pins();
                 self.ret(tid, r);
             }
         }
@@ -1338,9 +1343,7 @@ impl World {
     fn glue_unpin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
         match pc {
             0 => {
-                if self.models_n_pins() {
-                    self.take_n_pins(tid)?;
-                }
+                self.enter_n_pins(tid)?;
                 self.our_code(true, "put_pages of N");
                 let unpinning =
                     self.state.as_ref().expect("registration").n_pin() == reg::NPin::Unpinning;
@@ -1352,7 +1355,7 @@ impl World {
                     _ => {
                         // Torn down meanwhile (or never pinned): no call, and N_PINS dropped on
                         // the way out; the state machine ignores the result once N is torn down.
-                        self.n_pins = None;
+                        self.leave_n_pins();
                         self.ret(tid, Ok(()));
                     }
                 }
@@ -1360,9 +1363,7 @@ impl World {
             _ => {
                 let r = self.take_ret(tid)?;
                 self.our_code(true, "put_pages of N");
-                if self.models_n_pins() {
-                    self.n_pins = None;
-                }
+                self.leave_n_pins();
                 self.ret(tid, r);
             }
         }
@@ -1376,9 +1377,7 @@ impl World {
     fn second_pin(&mut self, tid: Tid, pc: u8) -> Option<()> {
         match pc {
             0 => {
-                if self.models_n_pins() {
-                    self.take_n_pins(tid)?;
-                }
+                self.enter_n_pins(tid)?;
                 self.our_code(false, "");
                 self.set_pc(tid, Frame::SecondPin(1));
                 self.call_driver(tid, DOp::PinN2);
@@ -1386,9 +1385,7 @@ impl World {
             _ => {
                 self.returned(tid)?;
                 self.our_code(false, "");
-                if self.models_n_pins() {
-                    self.n_pins = None;
-                }
+                self.leave_n_pins();
                 self.ret(tid, Ok(()));
             }
         }
