@@ -199,7 +199,7 @@ pub(crate) fn init() {
 //
 // Why: `nvidia_p2p_put_pages` finds the pin to unpin by its page-table pointer among the calling
 // process's pins and frees that table when it was found (550.163.01 kernel-open/nvidia/nv-p2p.c:
-// 321-328; RmP2PPutPages, src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1497, looks up the process's
+// 321-328; RmP2PPutPages, src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1493, looks up the process's
 // P2P object without a token, then deletes the mapping info by that key), and a teardown frees
 // the table right after our callback returns (nv-p2p.c:376-382). An unpin racing a teardown
 // (`Op::UnpinN` made while cudaFree calls us back) passes a pointer to freed memory; when another

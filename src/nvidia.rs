@@ -224,7 +224,7 @@ pub(crate) unsafe fn get_pages(
 pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
     // SAFETY: the driver uses `key` as a lookup key among the caller's pins and dereferences it
     // only when it finds it there, i.e. when it is a live pin of this process (nv-p2p.c
-    // 550:289-343, p2p.c 550:1455-1493). A key whose pin a teardown freed finds nothing, unless the
+    // 550:289-342, p2p.c 550:1455-1493). A key whose pin a teardown freed finds nothing, unless the
     // driver has meanwhile made another pin of this process at the same address (its allocation
     // reused): then that pin is unpinned without a callback. The driver's own design leaves that
     // window open to every client that calls put_pages while the memory may be freed

@@ -20,7 +20,7 @@
 //!   back and never torn down. A non-persistent page table has an address, which is the pin's key:
 //!   `put_pages` (token 0) looks the pin up by that address alone among the calling process's
 //!   pins, of any of its allocations (550.163.01 `kernel-open/nvidia/nv-p2p.c:321-328`;
-//!   `src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1497` and `RmP2PGetInfoWithoutToken`,
+//!   `src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1493` and `RmP2PGetInfoWithoutToken`,
 //!   `p2p.c:873-954`; `CliGetThirdPartyP2PPlatformData`, `third_party_p2p.c:279-298`), and a freed
 //!   table's address is handed to the next table allocated (the table lives in `nv_p2p_mem_info`,
 //!   kmalloc'ed at `nv-p2p.c:422`: slab reuses addresses per size class, whatever the allocation).
@@ -34,9 +34,12 @@
 //!   memory (cudaFree or exit) at any moment; a deregistration from the owner, from a forked child
 //!   doing the last close, or from a device-removal kworker; our work item; `rmmod`; and, in the
 //!   reuse configurations, a second registration of the owner pinning its N on a second allocation
-//!   at any moment. (Not on the first: the teardown is the allocation's end, cudaFree via
-//!   `vidmemDestruct` or the P2P object's destruction, `third_party_p2p.c:556-609`, after which no
-//!   pin of it can be made; a table at a reused address is another allocation's.)
+//!   at any moment. (Not on the first: in the model the teardown is cudaFree (`vidmemDestruct`,
+//!   `third_party_p2p.c:556-609`), after which no pin of it can be made. RM also removes an
+//!   allocation's pins without freeing it, on the unregister-vidmem control and when the P2P
+//!   object is destroyed (`third_party_p2p_ctrl.c:152-167`, `third_party_p2p.c:210-217`), and the
+//!   memory can then be pinned again; that changes nothing here, as put_pages's lookup ignores
+//!   which allocation a pin is of.)
 //! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
 //!   `src/client.rs` does (every decision is the state machine's), with `N_PINS` around its pins
 //!   and unpins of N and the "still Unpinning?" check under it; the client of eb5e4f5 (`NoNPins`, the

@@ -203,10 +203,12 @@ failed:
 			 * The memory went between the two sections and RM dropped the pin without a
 			 * callback. nvidia.ko leaks the table here (550.163.01 nv-p2p.c:598-612: its
 			 * put_pages clears the pointer on "not found", so the free is skipped); we count
-			 * that and free it. A deviation: were a stale put_pages of a client to unpin
-			 * this table first, this free would be a second one where nvidia.ko would
-			 * leak (docs/stress.md, the benchmark-kernel run); that put_pages WARNs first
-			 * when it began before this pin was made (reused_put_pages).
+			 * that and free it. A deviation when a stale put_pages of a client unpinned
+			 * this table first (docs/stress.md, the benchmark-kernel run): that put freed
+			 * it, nvidia.ko has written into it since (the fill between the sections,
+			 * nv-p2p.c:520-554) and its put here finds nothing and skips the free
+			 * (330-335, 609-612); the stand-in frees it a second time, harsher. That put
+			 * WARNs first when it began before this pin was made (reused_put_pages).
 			 */
 			count_inc(leaked_by_driver);
 			pr_info("get_pages: %#llx+%#llx was freed while being pinned: -EINVAL (nvidia.ko leaks its table here)\n",

@@ -434,12 +434,15 @@ out:
  * none at all. Both are NV_ERR_OBJECT_NOT_FOUND, which nv-p2p turns into success.
  *
  * @newest_at_call is rm_newest_pin_serial() when the caller's put_pages began. A record made after
- * that cannot be the caller's pin: the caller's table was torn down (freed) after its put_pages
- * began, and a new pin of the same process got the same address. RM cannot tell (the key is only
- * compared, 550.163.01 p2p.c:1455-1497) and unpins that other pin without its callback, and
+ * that cannot be the caller's pin: the caller's table had been torn down (freed), and a new pin of
+ * the same process made since the call began got its address. RM cannot tell (the key is only
+ * compared, 550.163.01 p2p.c:1455-1493) and unpins that other pin without its callback, and
  * nv-p2p frees its table under its owner (nv-p2p.c:321-328); so does the stand-in, after a WARN
- * (reused_put_pages) that names the client's bug. A stale put that began after the new pin was
- * made looks like a good one and goes unseen.
+ * (reused_put_pages) that names the calling client's race. NVIDIA's nvidia-peermem has it too:
+ * its put_pages after the host dropped the mapping lock (PEER_MEM_INVALIDATE_UNMAPS), and the
+ * put_pages right after the get_pages of its acquire, are unfenced against a teardown
+ * (nvidia-peermem.c 550:153, 209-216, 321-349). A stale put that began after the new pin was made
+ * looks like a good one and goes unseen.
  */
 u64 rm_newest_pin_serial(void)
 {
