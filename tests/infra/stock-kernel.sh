@@ -43,10 +43,12 @@ DEBS=$CACHE_WORK/debs/stock-$REL
 S=$CACHE_WORK/stock/$REL
 IN_ROOT=$REPO_ROOT/tests/infra/in-root
 # The packages of exactly VERSION, and the dependencies of the headers the build root lacks (taken
-# at the build root's candidate version).
+# at the build root's candidate version). linux-kbuild depends on pahole, which the build root does
+# not have (a root debootstrapped on 2026-12-03 lacked it and dpkg left the headers unconfigured);
+# pahole brings libdw1t64, the one of its libraries the root lacks.
 PKGS=(linux-binary-$REL linux-modules-$REL linux-headers-$REL linux-headers-$ABI-common
       linux-kbuild-$ABI linux-base-$REL linux-source-$SERIES)
-DEPS=(linux-base gcc-14-for-host cpp-14-for-host)
+DEPS=(linux-base gcc-14-for-host cpp-14-for-host pahole libdw1t64)
 
 fetch() {
     local stamp=$S/.fetched
@@ -107,7 +109,8 @@ build() {
         dpkg -i \
             "$debs"/linux-headers-*_"$ver"_*.deb "$debs"/linux-kbuild-*_"$ver"_*.deb \
             "$debs"/linux-base-"$rel"_*.deb "$debs"/linux-modules-*_"$ver"_*.deb \
-            "$debs"/linux-base_*.deb "$debs"/gcc-14-for-host_*.deb "$debs"/cpp-14-for-host_*.deb >/dev/null
+            "$debs"/linux-base_*.deb "$debs"/gcc-14-for-host_*.deb "$debs"/cpp-14-for-host_*.deb \
+            "$debs"/pahole_*.deb "$debs"/libdw1t64_*.deb >/dev/null
         [ -f "/lib/modules/$rel/build/Makefile" ] || { echo "no /lib/modules/$rel/build after installing the headers" >&2; exit 1; }
         grep CONFIG_CC_VERSION_TEXT "/lib/modules/$rel/build/.config" >&2
     ' stock-apt "$REL" "$VER" "$DEBS" >&2 || die "installing the packages of $REL failed"
