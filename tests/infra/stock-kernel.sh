@@ -157,7 +157,9 @@ build() {
         set -euo pipefail
         rel=$1; ver=$2; debs=$3; b=$4; nv_open=$5; inc=$6; cache=$7; repo=$8; nvver=$9
         export DEBIAN_FRONTEND=noninteractive
-        mkdir -p /var/cache/peermem-rs
+        # The cache side first: on a cold cache the link would dangle, and the mkdir -p of it in
+        # the module build fails with "File exists".
+        mkdir -p /var/cache/peermem-rs "$cache/rust-metadata"
         ln -sfn "$cache/rust-metadata" /var/cache/peermem-rs/rust-metadata
         # The kernel source, only when the cache has no tree for this kernel yet (else not read).
         if [ ! -e "$cache/rust-metadata/$rel/build/rust/libkernel.rmeta" ]; then
