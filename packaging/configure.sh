@@ -16,7 +16,8 @@
 #     (/usr/src/nvidia*-<version>, the DKMS tree of the nvidia module), refusing the proprietary
 #     driver; and the Module.symvers of nvidia.ko for modpost;
 #   - the peer-memory host: MLNX_OFED / DOCA-OFED's include/rdma/peer_mem.h and the Module.symvers
-#     beside it (/usr/src/ofa_kernel/..., /var/lib/dkms/mlnx-ofed-kernel/*/build), or an Ubuntu
+#     beside it (/usr/src/ofa_kernel/..., DOCA-OFED's /usr/src/ofa_kernel-dkms/<arch>/<kernel>,
+#     /var/lib/dkms/mlnx-ofed-kernel/*/build or mlnx-ofa_kernel/*/build), or an Ubuntu
 #     kernel with the peer-memory patches.
 #
 # Overrides (environment or make command line): NVIDIA_SRC, NVIDIA_SYMVERS, PEER_MEM_INC,
@@ -177,12 +178,16 @@ done
     "regenerates it (make KDIR=... and DKMS run it). Elsewhere: install the package of your distribution" \
     "that provides $KDIR/rust/*.rmeta, or point KDIR at the kernel's own build directory."
 
-# Where the MLNX_OFED kernel tree keeps per-architecture builds: uname -m names, not the kernel's.
-if [ "$(kconf CONFIG_X86_64)" = y ]; then march=x86_64
-elif [ "$(kconf CONFIG_ARM64)" = y ]; then march=aarch64
+# Where the MLNX_OFED kernel tree keeps per-architecture builds: uname -m names (march), which
+# MLNX_OFED and DOCA-OFED use. karch is the kernel's own name for the same architecture (kbuild's
+# ARCH): NVIDIA's nvidia-peermem Kbuild looked for OFED under that spelling on x86 until its DOCA
+# fix (open-gpu-kernel-modules pull request 1018), so trees laid out for it may use it.
+if [ "$(kconf CONFIG_X86_64)" = y ]; then march=x86_64 karch=x86
+elif [ "$(kconf CONFIG_ARM64)" = y ]; then march=aarch64 karch=arm64
 elif [ "$(kconf CONFIG_PPC64)" = y ]; then
+    karch=powerpc
     if [ "$(kconf CONFIG_CPU_LITTLE_ENDIAN)" = y ]; then march=ppc64le; else march=ppc64; fi
-else march=$(uname -m)
+else march=$(uname -m) karch=$march
 fi
 
 # --- the compilers ---------------------------------------------------------------------------------
@@ -443,13 +448,28 @@ if [ -n "${PEER_MEM_INC:-}" ]; then
         pm_symvers=$(ofed_symvers "$pm_inc" || true)
     fi
 else
-    # MLNX_OFED's own layout first (per architecture and kernel, then per kernel, then the "default"
-    # link to the running kernel's), then the DKMS build of mlnx-ofed-kernel for this kernel.
-    cands=("$SRC_TREE/ofa_kernel/$march/$KREL/include" "$SRC_TREE/ofa_kernel/$KREL/include"
-           "$SRC_TREE/ofa_kernel/default/include")
-    installed=$(readlink "$DKMS_TREE/mlnx-ofed-kernel/kernel-$KREL-$march" 2>/dev/null | cut -d/ -f1 || true)
-    [ -z "$installed" ] || cands+=("$DKMS_TREE/mlnx-ofed-kernel/$installed/build/include")
-    for d in $(ls -d "$DKMS_TREE"/mlnx-ofed-kernel/*/build/include 2>/dev/null | sort -rV); do cands+=("$d"); done
+    # The trees built for this very kernel first, then the "default" link (which may be another
+    # kernel's), then the DKMS build of mlnx-ofed-kernel for this kernel:
+    # - MLNX_OFED: /usr/src/ofa_kernel/<arch>/<kernel>, or /usr/src/ofa_kernel/<kernel>;
+    # - DOCA-OFED 3.2 and later build the OFED kernel tree with DKMS into
+    #   /usr/src/ofa_kernel-dkms/<arch>/<kernel> and leave only absolute symlinks to it under
+    #   /usr/src/ofa_kernel (<arch>/<kernel>, and default through /etc/alternatives). Those links
+    #   dangle where /usr/src is mounted elsewhere (a driver container's PEERMEM_SRC_TREE), so the
+    #   DKMS tree is looked for by its own name too.
+    # Each per-architecture path is tried with the uname -m name, then with the kernel's.
+    cands=()
+    for a in "$march" "$karch"; do
+        cands+=("$SRC_TREE/ofa_kernel/$a/$KREL/include" "$SRC_TREE/ofa_kernel-dkms/$a/$KREL/include")
+        [ "$karch" != "$march" ] || break
+    done
+    cands+=("$SRC_TREE/ofa_kernel/$KREL/include" "$SRC_TREE/ofa_kernel/default/include")
+    # The DKMS module is mlnx-ofed-kernel in the Debian/Ubuntu packages and mlnx-ofa_kernel in the
+    # RPM ones (mlnx-ofa_kernel-dkms).
+    for m in mlnx-ofed-kernel mlnx-ofa_kernel; do
+        installed=$(readlink "$DKMS_TREE/$m/kernel-$KREL-$march" 2>/dev/null | cut -d/ -f1 || true)
+        [ -z "$installed" ] || cands+=("$DKMS_TREE/$m/$installed/build/include")
+        for d in $(ls -d "$DKMS_TREE/$m"/*/build/include 2>/dev/null | sort -rV); do cands+=("$d"); done
+    done
     for inc in "${cands[@]}"; do
         searched+=("$inc")
         [ -f "$inc/rdma/peer_mem.h" ] || continue
@@ -490,7 +510,7 @@ fi
 [ "$pm_what" != "MLNX_OFED/DOCA-OFED" ] || case $pm_inc in
     */ofa_kernel/default/include)
         tgt=$(readlink -f "$SRC_TREE/ofa_kernel/default")
-        case $tgt in */"$KREL") ;; */ofa_kernel/*/*) warn "$SRC_TREE/ofa_kernel/default is the OFED build for $(basename "$tgt"), not $KREL: its CRCs may not match" ;; esac ;;
+        case $tgt in */"$KREL") ;; */ofa_kernel/*/*|*/ofa_kernel-dkms/*/*) warn "$SRC_TREE/ofa_kernel/default is the OFED build for $(basename "$tgt"), not $KREL: its CRCs may not match" ;; esac ;;
 esac
 say "peer memory: $pm_what, rdma/peer_mem.h in $pm_inc${pm_symvers:+; symbols from $pm_symvers}"
 

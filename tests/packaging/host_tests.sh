@@ -195,6 +195,57 @@ check "configure: finds mlnx-ofed-kernel's DKMS build tree, the version installe
     bash -c "$(declare -f configure cfg expect); configure $N &&
         expect $N PEER_MEM_INC $N/var/lib/dkms/mlnx-ofed-kernel/25.04/build/include"
 
+# The same from the RPM packages, whose DKMS module is mlnx-ofa_kernel.
+N=$T/n4r
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/var/lib/dkms/mlnx-ofa_kernel/25.10/build"
+ln -s "25.10/$KREL/x86_64" "$N/var/lib/dkms/mlnx-ofa_kernel/kernel-$KREL-x86_64"
+check "configure: finds the DKMS build tree of mlnx-ofa_kernel (the RPM packages' name)" \
+    bash -c "$(declare -f configure cfg expect); configure $N &&
+        expect $N PEER_MEM_INC $N/var/lib/dkms/mlnx-ofa_kernel/25.10/build/include"
+
+# DOCA-OFED 3.2 and later: the OFED kernel tree is built by DKMS into
+# /usr/src/ofa_kernel-dkms/<arch>/<kernel>, and /usr/src/ofa_kernel holds only absolute symlinks to it
+# (<arch>/<kernel>, and default through /etc/alternatives/ofa_kernel_headers). Here the links point at
+# /usr/src/ofa_kernel-dkms of the machine, as they do inside a driver container that mounts the host's
+# /usr/src elsewhere: they dangle, and the DKMS tree must be found by its own name.
+N=$T/n4d
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel-dkms/x86_64/$KREL"
+mkdir -p "$N/usr/src/ofa_kernel/x86_64"
+ln -s "/usr/src/ofa_kernel-dkms/x86_64/$KREL.not-here" "$N/usr/src/ofa_kernel/x86_64/$KREL"
+ln -s "/etc/alternatives/ofa_kernel_headers.not-here" "$N/usr/src/ofa_kernel/default"
+check "configure: finds DOCA-OFED's /usr/src/ofa_kernel-dkms/x86_64/<kernel> behind dangling /usr/src/ofa_kernel links" \
+    bash -c "$(declare -f configure cfg expect); configure $N &&
+        expect $N PEER_MEM_INC $N/usr/src/ofa_kernel-dkms/x86_64/$KREL/include &&
+        expect $N EXTRA_SYMBOLS '$N/var/lib/dkms/nvidia/$NV_VERSION/build/Module.symvers $N/usr/src/ofa_kernel-dkms/x86_64/$KREL/Module.symvers'"
+# The same tree under the kernel's name for the architecture (x86), as trees laid out for NVIDIA's
+# nvidia-peermem Kbuild before its DOCA fix are.
+N=$T/n4k
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel-dkms/x86/$KREL"
+check "configure: finds /usr/src/ofa_kernel-dkms/x86/<kernel> (the kernel's spelling of the architecture)" \
+    bash -c "$(declare -f configure cfg expect); configure $N &&
+        expect $N PEER_MEM_INC $N/usr/src/ofa_kernel-dkms/x86/$KREL/include"
+# DOCA's default link, to the DKMS build for another kernel: used, with the warning.
+N=$T/n4o
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel-dkms/x86_64/6.99.0-other"
+mkdir -p "$N/usr/src/ofa_kernel"
+ln -s "$N/usr/src/ofa_kernel-dkms/x86_64/6.99.0-other" "$N/usr/src/ofa_kernel/default"
+check "configure: DOCA's /usr/src/ofa_kernel/default to another kernel's DKMS build is used, with a warning" \
+    bash -c "$(declare -f configure cfg expect has); configure $N 2> $N/out/err &&
+        expect $N PEER_MEM_INC $N/usr/src/ofa_kernel/default/include &&
+        has $N/out/err 'ofa_kernel/default is the OFED build for 6.99.0-other, not $KREL'"
+
 # An Ubuntu kernel carrying the peer-memory patches: header and exports are the kernel's own.
 N=$T/n5
 node "$N"
