@@ -5,7 +5,8 @@
 #   make demo      set up everything, build, and show GPUDirect RDMA working in the test VM
 #   make check     run every test: cargo test on the host and the kselftests in the VM (CI runs this)
 #   make           build peermem_rs.ko against the test kernel
-#   make DROPIN=1  build the drop-in, nvidia-peermem.ko (module nvidia_peermem), instead
+#   make DROPIN=1  build the drop-in, nvidia-peermem.ko (module nvidia_peermem), instead (the
+#                  default for KDIR=... and every install goal; DROPIN=0 there for peermem_rs.ko)
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
 #   make races     every race window against peermem-rs and NVIDIA's nvidia-peermem, crashes and
 #                  deadlocks included (a boot per crash; not part of make check): docs/race-windows.md
@@ -23,8 +24,9 @@
 #   sudo make dkms-uninstall
 #   sudo make install [MODULES_LOAD=1]           install without DKMS, for one kernel
 #   sudo make uninstall
-# install, uninstall and the dkms targets default to the running kernel. DROPIN=1 on any of them
-# builds and installs the drop-in nvidia-peermem.ko instead of peermem_rs.ko (README: "Drop-in").
+# install, uninstall and the dkms targets default to the running kernel, and all of them to the
+# drop-in nvidia-peermem.ko; DROPIN=0 on any of them builds and installs peermem_rs.ko instead
+# (README: "Drop-in").
 #
 # The toolchain, sources and kernel builds of the test environment live in $(PEERMEM_CACHE), outside
 # the repository.
@@ -38,8 +40,18 @@ BUILD := $(REPO)/.build
 # The one version of peermem-rs: [workspace.package] in Cargo.toml.
 VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' $(REPO)/Cargo.toml)
 
+# Installing is for a real kernel: the running one unless KDIR says otherwise.
+INSTALL_GOALS := install modules_install uninstall install-support uninstall-support dkms-install dkms-uninstall
+
 # DROPIN=1: the module is named nvidia_peermem (nvidia-peermem.ko), where applications look for
 # GPUDirect RDMA on kernels whose peer-memory host has no memory_peers directory (Kbuild says why).
+# It is the default for a real kernel (KDIR given), every install goal and the DKMS source tree, so
+# that what an operator installs is what NCCL, UCX, NVSHMEM and UCC find; DROPIN=0 builds and
+# installs it as peermem_rs instead (side by side with NVIDIA's module, for comparison). The test
+# environment's own build (`make` without KDIR) stays peermem_rs, the name the kselftests load.
+ifneq ($(KDIR)$(filter $(INSTALL_GOALS) dkms-source,$(MAKECMDGOALS)),)
+DROPIN ?= 1
+endif
 ifeq ($(DROPIN),1)
 MODNAME := nvidia_peermem
 KO := nvidia-peermem
@@ -48,8 +60,6 @@ MODNAME := peermem_rs
 KO := peermem_rs
 endif
 
-# Installing is for a real kernel: the running one unless KDIR says otherwise.
-INSTALL_GOALS := install modules_install uninstall install-support uninstall-support dkms-install dkms-uninstall
 ifneq ($(filter $(INSTALL_GOALS),$(MAKECMDGOALS)),)
 KDIR ?= /lib/modules/$(shell uname -r)/build
 endif
@@ -167,7 +177,7 @@ endif
 
 # --- installing on GPU nodes ---------------------------------------------------------------------
 # DESTDIR installs into a staging root. The module goes to /lib/modules/<kernel>/updates (DKMS:
-# updates/dkms), which depmod prefers to every other directory, so the drop-in (DROPIN=1) is what
+# updates/dkms), which depmod prefers to every other directory, so the drop-in (the default) is what
 # `modprobe nvidia-peermem` loads even where the NVIDIA driver package installed its own
 # nvidia-peermem.ko. The modprobe.d snippet loads the NVIDIA driver and ib_core first and explains a
 # failed load (packaging/peermem-rs-explain); MODULES_LOAD=1 also loads the module at boot.

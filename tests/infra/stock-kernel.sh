@@ -16,8 +16,8 @@
 #                       proprietary stub, built against the kernel's headers with the compiler its
 #                       headers name (.kernelvariables: Debian's gcc-14), in the build root;
 #                       peermem_rs.ko links to the DKMS-installed module below; dropin/ holds the
-#                       drop-in as `make dkms-install DROPIN=1` installed it before peermem_rs
-#                       replaced it
+#                       drop-in as `make dkms-install` installs it by default, before peermem_rs
+#                       (`make dkms-install DROPIN=0`) replaced it
 #   OUT/rootfs/lib/modules/RELEASE/   what the guest gets as its /lib/modules: the module tree after
 #                       an operator's `apt install` of the kernel's headers and modules packages and
 #                       `make dkms-install` (Debian's dkms add/build/install): updates/dkms/peermem_rs.ko,
@@ -182,7 +182,7 @@ build() {
         for f in /lib/modules/$rel/updates/dkms/nvidia-peermem.ko*; do
             case $f in *.xz) xz -dc "$f" ;; *.zst) zstd -dcq "$f" ;; *) cat "$f" ;; esac > "$b/dropin/nvidia-peermem.ko"
         done
-        dkms_install
+        dkms_install DROPIN=0
         dkms status -m peermem-rs >&2
     ' stock-dkms "$REL" "$VER" "$DEBS" "$out/build" "$nv_open" "$inc" "$CACHE_WORK" "$REPO_ROOT" "$nvver" ||
         die "installing peermem-rs with DKMS for $REL failed"

@@ -410,7 +410,7 @@ DKMS_MAKE=(make -C "$REPO" DESTDIR="$N" KDIR="$KDIR" DKMS_ARGS="--dkmstree $D --
 dstatus() { dkms status -m peermem-rs --dkmstree "$D" --sourcetree "$N/usr/src" --installtree "$N/lib/modules"; }
 KO=$N/lib/modules/$KREL/updates/dkms/peermem_rs.ko
 start=$(date +%s)
-check "dkms: make dkms-install (dkms add, build, install) for the test kernel" "${DKMS_MAKE[@]}" dkms-install
+check "dkms: make dkms-install DROPIN=0 (dkms add, build, install; the peermem_rs name) for the test kernel" "${DKMS_MAKE[@]}" DROPIN=0 dkms-install
 dkms_s=$(( $(date +%s) - start ))
 check "dkms: dkms.conf made from the template, with Cargo.toml's version $VERSION" \
     bash -c "grep -qx 'PACKAGE_VERSION=\"$VERSION\"' $N/usr/src/peermem-rs-$VERSION/dkms.conf &&
@@ -471,8 +471,8 @@ refusal "drop-in dkms: switching from peermem_rs removes it first; without DKMS'
 check "drop-in dkms: after the refusal, NVIDIA's module is untouched" test -f "$VID/nvidia-peermem.ko"
 ln -s "$N/usr/share/dkms" /usr/share/dkms
 start=$(date +%s)
-check "drop-in dkms: make dkms-install DROPIN=1 writes the override, and DKMS installs it and archives NVIDIA's" \
-    bash -c "${DKMS_MAKE[*]@Q} DROPIN=1 dkms-install | tee /dev/stderr |
+check "drop-in dkms: make dkms-install (the drop-in by default) writes the override, and DKMS installs it and archives NVIDIA's" \
+    bash -c "${DKMS_MAKE[*]@Q} dkms-install | tee /dev/stderr |
         grep -q 'Found pre-existing $VID/nvidia-peermem.ko, archiving for uninstallation' &&
         [ \"\$(cat $N/usr/share/dkms/modules_to_force_install/peermem-rs)\" = peermem-rs_version-override ]"
 dropin_s=$(( $(date +%s) - start ))
@@ -527,14 +527,16 @@ nvidia_src "$N"
 ofed "$N/usr/src/ofa_kernel/x86_64/$KREL"
 dkms_nvidia "$N"
 make -s -C "$REPO" dkms-source DESTDIR="$N/stage" > "$LOG" 2>&1
+check "make dkms-source: the DKMS source tree builds the drop-in by default (PEERMEM_DROPIN=\"1\")" \
+    grep -qx 'PEERMEM_DROPIN="1"' "$N/stage/usr/src/peermem-rs-$VERSION/dkms.conf"
 SRC=$N/stage/usr/src/peermem-rs-$VERSION
 R=$N/root
 mkdir -p "$R/lib/modules/$KREL"
 INST=(make -C "$SRC" KDIR="$KDIR" DESTDIR="$R" PEERMEM_SRC_TREE="$N/usr/src" PEERMEM_DKMS_TREE="$N/var/lib/dkms"
       PEERMEM_MODULES_TREE="$N/lib/modules")
 start=$(date +%s)
-check "make install MODULES_LOAD=1: builds and installs the module, the modprobe.d snippet, the explain script, modules-load.d" \
-    bash -c "${INST[*]@Q} MODULES_LOAD=1 install && [ -f $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
+check "make install DROPIN=0 MODULES_LOAD=1: builds and installs peermem_rs, the modprobe.d snippet, the explain script, modules-load.d" \
+    bash -c "${INST[*]@Q} DROPIN=0 MODULES_LOAD=1 install && [ -f $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
         [ -f $R/lib/modprobe.d/peermem-rs.conf ] && [ -x $R/usr/sbin/peermem-rs-explain ] &&
         grep -qx peermem_rs $R/etc/modules-load.d/peermem-rs.conf"
 install_s=$(( $(date +%s) - start ))
@@ -546,8 +548,8 @@ check "make install: modprobe (dry run) would run the install hook, which insert
             grep -q '^install /sbin/modprobe --ignore-install peermem_rs .*peermem-rs-explain' &&
         modprobe -n -v --ignore-install -d $R -S $KREL -C $R/lib/modprobe.d peermem_rs | tee /dev/stderr |
             grep -q '^insmod $R/lib/modules/$KREL/updates/peermem_rs.ko'"
-check "make uninstall: everything installed is gone" \
-    bash -c "${INST[*]@Q} uninstall && [ ! -e $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
+check "make uninstall DROPIN=0: everything installed is gone" \
+    bash -c "${INST[*]@Q} DROPIN=0 uninstall && [ ! -e $R/lib/modules/$KREL/updates/peermem_rs.ko ] &&
         [ ! -e $R/lib/modprobe.d/peermem-rs.conf ] && [ ! -e $R/usr/sbin/peermem-rs-explain ] &&
         [ ! -e $R/etc/modules-load.d/peermem-rs.conf ] && ! grep -q peermem_rs $R/lib/modules/$KREL/modules.dep"
 
@@ -557,8 +559,8 @@ check "make uninstall: everything installed is gone" \
 MD=$R/lib/modules/$KREL
 mkdir -p "$MD/updates/dkms" "$T/no-depmod.d"
 cp "$NV_PEERMEM" "$MD/updates/dkms/nvidia-peermem.ko"
-check "make install DROPIN=1: updates/nvidia-peermem.ko (module nvidia_peermem, $VERSION) and a depmod.d rule" \
-    bash -c "$(declare -f verinfo); ${INST[*]@Q} DROPIN=1 install && [ \"\$(verinfo $MD/updates/nvidia-peermem.ko)\" = 'nvidia_peermem $VERSION' ] &&
+check "make install (the drop-in by default): updates/nvidia-peermem.ko (module nvidia_peermem, $VERSION) and a depmod.d rule" \
+    bash -c "$(declare -f verinfo); ${INST[*]@Q} install && [ \"\$(verinfo $MD/updates/nvidia-peermem.ko)\" = 'nvidia_peermem $VERSION' ] &&
         grep -qx 'override nvidia-peermem \* updates' $R/etc/depmod.d/peermem-rs.conf &&
         grep -qx 'softdep nvidia_peermem pre: nvidia ib_core ib_uverbs' $R/lib/modprobe.d/peermem-rs.conf"
 check "make install DROPIN=1: without the rule depmod takes NVIDIA's in updates/dkms; with it, modprobe nvidia-peermem inserts the drop-in" \
@@ -566,8 +568,8 @@ check "make install DROPIN=1: without the rule depmod takes NVIDIA's in updates/
         depmod -b $R -C $R/etc/depmod.d $KREL && grep -c nvidia-peermem $MD/modules.dep | grep -qx 1 &&
         modprobe -n -v --ignore-install -d $R -S $KREL -C $R/lib/modprobe.d nvidia-peermem | tee /dev/stderr |
             grep -q '^insmod $MD/updates/nvidia-peermem.ko'"
-check "make uninstall DROPIN=1: the drop-in and the rule are gone, and nvidia_peermem is NVIDIA's again" \
-    bash -c "${INST[*]@Q} DROPIN=1 uninstall && [ ! -e $MD/updates/nvidia-peermem.ko ] && [ ! -e $R/etc/depmod.d/peermem-rs.conf ] &&
+check "make uninstall (the drop-in by default): the drop-in and the rule are gone, and nvidia_peermem is NVIDIA's again" \
+    bash -c "${INST[*]@Q} uninstall && [ ! -e $MD/updates/nvidia-peermem.ko ] && [ ! -e $R/etc/depmod.d/peermem-rs.conf ] &&
         grep -q '^updates/dkms/nvidia-peermem.ko:' $MD/modules.dep"
 
 # --- peermem-rs-explain on recorded /proc and /sys -------------------------------------------------
@@ -635,7 +637,7 @@ check "explain: peermem_rs without memory_peers: loaded, but invisible to applic
     bash -c "PEERMEM_ROOT=$S $EX > $S/out; rc=\$?; cat $S/out; [ \$rc = 0 ] &&
         grep -q 'peermem_rs $VERSION is loaded; peer-memory clients: not shown (this host has no /sys/kernel/mm/memory_peers)' $S/out &&
         grep -q '\[invisible-to-applications\] applications will not find GPUDirect RDMA' $S/out &&
-        grep -q 'make dkms-install DROPIN=1' $S/out"
+        grep -q 'make dkms-install (the drop-in is the default' $S/out"
 state "$S"
 rm -r "$S/sys/kernel/mm/memory_peers"
 fake_mod "$S" nvidia O

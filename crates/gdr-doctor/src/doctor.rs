@@ -544,7 +544,7 @@ fn driver_findings(drv: &Driver, gpus: &[Gpu]) -> Vec<Finding> {
 /// Who the loaded `nvidia_peermem` is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NvidiaPeermem {
-    /// peermem-rs built as the drop-in (`make DROPIN=1`).
+    /// peermem-rs built as the drop-in (what every install goal builds unless `DROPIN=0`).
     PeermemRs,
     /// NVIDIA's own module.
     Nvidia,
@@ -770,7 +770,7 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
     } else {
         let fix = match drv.flavour {
             Flavour::Proprietary => "modprobe nvidia-peermem (NVIDIA's module; peermem-rs cannot load against the proprietary driver)".to_string(),
-            Flavour::Open => "install peermem-rs as the drop-in nvidia-peermem (make dkms-install DROPIN=1) and modprobe nvidia-peermem; or NVIDIA's nvidia-peermem".to_string(),
+            Flavour::Open => "install peermem-rs as the drop-in nvidia-peermem (make dkms-install, which builds the drop-in) and modprobe nvidia-peermem; or NVIDIA's nvidia-peermem".to_string(),
             Flavour::Unknown => "load the NVIDIA driver, then peermem-rs (open kernel modules; as the drop-in nvidia-peermem) or NVIDIA's nvidia-peermem (proprietary driver)".to_string(),
         };
         out.push(finding(
@@ -845,11 +845,11 @@ fn app_findings(pm: &PeerMem, own_name_only: bool) -> Vec<Finding> {
                     ""
                 }
             ),
-            Some("install peermem-rs as the drop-in nvidia-peermem, where they look on every kernel: make dkms-install DROPIN=1 (README, \"Drop-in\")".into()),
+            Some("install peermem-rs as the drop-in nvidia-peermem, where they look on every kernel: make dkms-install without DROPIN=0 (README, \"Drop-in\")".into()),
         )]
     } else {
         let fix = if missed.iter().any(|(n, _)| n.starts_with("NCCL GIN")) {
-            "NCCL's GPU-initiated networking looks only for /sys/module/nvidia_peermem/version: install peermem-rs as the drop-in (make dkms-install DROPIN=1)"
+            "NCCL's GPU-initiated networking looks only for /sys/module/nvidia_peermem/version: install peermem-rs as the drop-in (make dkms-install, without DROPIN=0)"
         } else {
             "the older releases look only for memory_peers, which kernels from 6.6 do not have; upgrade them, or use DMA-BUF"
         };

@@ -131,7 +131,13 @@ fn dgx_h100_every_gpu_has_a_pix_nic() {
             .ends_with("that do not: NCCL GIN GDAKI (>= 2.29.7)"),
         "{apps}"
     );
-    assert!(apps["fix"].as_str().unwrap().contains("DROPIN=1"), "{apps}");
+    assert!(
+        apps["fix"]
+            .as_str()
+            .unwrap()
+            .contains("make dkms-install, without DROPIN=0"),
+        "{apps}"
+    );
     let found: Vec<bool> = pm["applications"]
         .as_array()
         .unwrap()
@@ -239,7 +245,7 @@ fn dgx_h100_without_a_peer_memory_host() {
         f["fix"]
             .as_str()
             .unwrap()
-            .contains("make dkms-install DROPIN=1"),
+            .contains("make dkms-install without DROPIN=0"),
         "{f}"
     );
     assert!(codes(&pair(&r, "gpu0", "mlx5_0")["reasons"]).contains(&"client-invisible".to_string()));
@@ -318,7 +324,7 @@ fn dgx_h100_client_problems() {
     let f = find(&r["node_findings"], "no-peer-memory-client");
     assert_eq!(
         f["fix"],
-        "install peermem-rs as the drop-in nvidia-peermem (make dkms-install DROPIN=1) and modprobe nvidia-peermem; or NVIDIA's nvidia-peermem"
+        "install peermem-rs as the drop-in nvidia-peermem (make dkms-install, which builds the drop-in) and modprobe nvidia-peermem; or NVIDIA's nvidia-peermem"
     );
     assert!(!node_codes(&r).contains(&"peermem-rs".to_string()));
 }
