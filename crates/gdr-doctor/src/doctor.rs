@@ -641,8 +641,84 @@ pub fn app_checks(pm: &PeerMem) -> Vec<(&'static str, Option<&'static str>)> {
         .collect()
 }
 
-fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
+/// The installed peer-memory clients' symbol versions against their installed providers: a client
+/// built against other builds of ib_core or nvidia.ko (an OFED or driver upgrade it was not rebuilt
+/// for) is refused by the kernel at load, with only "disagrees about version of symbol" to say why.
+fn symbol_version_findings(pm: &PeerMem) -> Vec<Finding> {
+    let versions = &pm.symbol_versions;
+    if versions.is_empty() {
+        return Vec::new();
+    }
+    let mut clients: Vec<&str> = versions.iter().map(|v| v.client.as_str()).collect();
+    clients.dedup();
     let mut out = Vec::new();
+    for client in clients {
+        let mine: Vec<&probe::SymbolVersion> =
+            versions.iter().filter(|v| v.client == client).collect();
+        let first = mine[0];
+        let stale: Vec<&&probe::SymbolVersion> = mine.iter().filter(|v| !v.matches()).collect();
+        if stale.is_empty() {
+            out.push(finding(
+                Severity::Ok,
+                "symbol-versions",
+                "node",
+                format!(
+                    "symbol versions: {} ({}) was linked against the CRCs its installed providers export ({} symbols of {})",
+                    client,
+                    first.client_file,
+                    mine.len(),
+                    abbreviate(&provider_names(&mine), 3)
+                ),
+                None,
+            ));
+            continue;
+        }
+        let detail: Vec<String> = stale
+            .iter()
+            .map(|v| {
+                let exported = match v.provider_crc {
+                    Some(c) => format!("{c:#010x}"),
+                    None => "no version of it".into(),
+                };
+                format!(
+                    "{}: linked against {:#010x}, {} ({}) exports {exported}",
+                    v.symbol, v.linked_crc, v.provider, v.provider_file
+                )
+            })
+            .collect();
+        let fix = if first.client_is_peermem_rs {
+            let v = first.client_version.as_deref().unwrap_or("<version>");
+            format!(
+                "rebuild it against the installed providers: dkms build --force -m peermem-rs -v {v} -k $(uname -r) && dkms install --force -m peermem-rs -v {v} -k $(uname -r) (without DKMS: make KDIR=/lib/modules/$(uname -r)/build && make install in its sources)"
+            )
+        } else {
+            "rebuild NVIDIA's nvidia-peermem against the installed MLNX_OFED/DOCA-OFED: it is part of the NVIDIA driver's kernel modules (dkms build --force and dkms install --force of the nvidia DKMS module, or reinstall the driver) and must be rebuilt after every OFED upgrade".to_string()
+        };
+        out.push(finding(
+            Severity::Fail,
+            "stale-build",
+            "node",
+            format!(
+                "{client} ({}) was built against other builds of its providers than the installed ones, and the kernel will refuse it (\"disagrees about version of symbol {}\"): {}",
+                first.client_file,
+                stale[0].symbol,
+                detail.join("; ")
+            ),
+            Some(fix),
+        ));
+    }
+    out
+}
+
+fn provider_names(v: &[&probe::SymbolVersion]) -> Vec<String> {
+    let mut names: Vec<String> = v.iter().map(|v| v.provider.clone()).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
+    let mut out = symbol_version_findings(pm);
     let host = pm.memory_peers || matches!(pm.symbol, Symbol::Found(_));
     let symbol_text = match &pm.symbol {
         Symbol::Found(Some(m)) => format!("{} exported by [{m}]", probe::PEER_MEM_SYMBOL),

@@ -7,6 +7,7 @@
 mod doctor;
 mod json;
 mod models;
+mod modversions;
 mod pci;
 mod probe;
 mod render;

@@ -83,15 +83,12 @@ pub fn proc_modules_taint(proc_modules: &str, module: &str) -> Option<String> {
 
 /// The `license=` entry of a module file's .modinfo section.
 pub fn modinfo_license(ko: &[u8]) -> Option<String> {
-    let key = b"license=";
-    let at = ko.windows(key.len()).position(|w| w == key)?;
-    let rest = &ko[at + key.len()..];
-    let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    modinfo(ko, "license")
 }
 
-/// The module file of `module` for the running kernel, from modules.dep.
-fn installed_module(fs: &Fs, module: &str) -> Option<(String, String)> {
+/// The module file of `module` for the running kernel, from modules.dep, and its bytes; None for a
+/// compressed one (.ko.zst, .ko.xz), which would need a decompressor.
+pub fn installed_module_file(fs: &Fs, module: &str) -> Option<(String, Vec<u8>)> {
     let release = fs.read("/proc/sys/kernel/osrelease")?;
     let base = format!("/lib/modules/{release}");
     let dep = fs.read(&format!("{base}/modules.dep"))?;
@@ -107,11 +104,16 @@ fn installed_module(fs: &Fs, module: &str) -> Option<(String, String)> {
     } else {
         format!("{base}/{file}")
     };
-    // Compressed modules (.ko.zst, .ko.xz) would need a decompressor: leave them alone.
     if !abs.ends_with(".ko") {
         return None;
     }
     let bytes = fs.read_bytes(&abs).ok()?;
+    Some((abs, bytes))
+}
+
+/// The license of the module file of `module` for the running kernel, and its path.
+fn installed_module(fs: &Fs, module: &str) -> Option<(String, String)> {
+    let (abs, bytes) = installed_module_file(fs, module)?;
     Some((modinfo_license(&bytes)?, abs))
 }
 
@@ -205,6 +207,8 @@ pub struct PeerMem {
     pub nv_peer_mem: bool,
     /// debugfs is mounted and readable here: a module without a statistics file has none.
     pub debugfs_readable: bool,
+    /// The installed clients' symbol versions against their installed providers.
+    pub symbol_versions: Vec<SymbolVersion>,
 }
 
 pub fn find_symbol(kallsyms: impl BufRead, symbol: &str) -> Symbol {
@@ -265,6 +269,100 @@ fn probe_module(fs: &Fs, name: &str, stats_files: &[String]) -> Option<Module> {
     })
 }
 
+/// One symbol a peer-memory client imports from its providers, with the CRC it was linked against
+/// and the CRC the provider installed for this kernel exports it with.
+#[derive(Clone, Debug)]
+pub struct SymbolVersion {
+    /// The client module (peermem_rs or nvidia_peermem) and its installed file.
+    pub client: String,
+    pub client_file: String,
+    /// Whether that file is peermem-rs (its modinfo description says so) or another module, and
+    /// its modinfo version.
+    pub client_is_peermem_rs: bool,
+    pub client_version: Option<String>,
+    pub symbol: String,
+    pub linked_crc: u32,
+    /// The providing module (the loaded one that exports the symbol, else ib_core or nvidia) and its
+    /// installed file and CRC.
+    pub provider: String,
+    pub provider_file: String,
+    pub provider_crc: Option<u32>,
+}
+
+impl SymbolVersion {
+    pub fn matches(&self) -> bool {
+        self.provider_crc == Some(self.linked_crc)
+    }
+}
+
+/// The `key=` entry of a module file's .modinfo section.
+pub fn modinfo(ko: &[u8], key: &str) -> Option<String> {
+    let key = format!("{key}=");
+    let mut at = 0;
+    while let Some(i) = ko[at..]
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+    {
+        let start = at + i;
+        // An entry starts after a NUL (or at the start of the section).
+        if start == 0 || ko[start - 1] == 0 {
+            let rest = &ko[start + key.len()..];
+            let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+            return Some(String::from_utf8_lossy(&rest[..end]).into_owned());
+        }
+        at = start + 1;
+    }
+    None
+}
+
+/// The symbol versions of the installed peer-memory clients (peermem_rs, nvidia_peermem) against
+/// their installed providers, for the symbols of the peer-memory host and the NVIDIA driver. Empty
+/// where nothing is installed, the files are compressed, or the kernel has no symbol versions (all
+/// CRCs 0).
+pub fn probe_symbol_versions(fs: &Fs) -> Vec<SymbolVersion> {
+    let kallsyms = fs.read("/proc/kallsyms").unwrap_or_default();
+    let owner = |sym: &str| match find_symbol(kallsyms.as_bytes(), sym) {
+        Symbol::Found(Some(m)) => Some(m),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for client in ["peermem_rs", "nvidia_peermem"] {
+        let Some((client_file, ko)) = installed_module_file(fs, client) else {
+            continue;
+        };
+        let ours = client == "peermem_rs"
+            || modinfo(&ko, "description").is_some_and(|d| d.contains("peermem-rs"));
+        for (symbol, linked_crc) in crate::modversions::imports(&ko) {
+            let fallback = if symbol.starts_with("ib_") && symbol.contains("peer_memory") {
+                "ib_core"
+            } else if symbol.starts_with("nvidia_p2p_") {
+                "nvidia"
+            } else {
+                continue;
+            };
+            if linked_crc == 0 {
+                continue;
+            }
+            let provider = owner(&symbol).unwrap_or_else(|| fallback.to_string());
+            let Some((provider_file, pko)) = installed_module_file(fs, &provider) else {
+                continue;
+            };
+            out.push(SymbolVersion {
+                client: client.to_string(),
+                client_file: client_file.clone(),
+                client_is_peermem_rs: ours,
+                client_version: modinfo(&ko, "version"),
+                provider_crc: crate::modversions::export_crc(&pko, &symbol),
+                symbol,
+                linked_crc,
+                provider,
+                provider_file,
+            });
+        }
+    }
+    out
+}
+
 pub fn probe_peer_mem(fs: &Fs) -> PeerMem {
     let symbol = match std::fs::File::open(fs.path("/proc/kallsyms")) {
         Ok(f) => find_symbol(BufReader::new(f), PEER_MEM_SYMBOL),
@@ -303,6 +401,7 @@ pub fn probe_peer_mem(fs: &Fs) -> PeerMem {
         nvidia_peermem: probe_module(fs, "nvidia_peermem", &dropin_stats),
         nv_peer_mem: fs.read("/sys/module/nv_peer_mem/version").is_some(),
         debugfs_readable: !fs.list("/sys/kernel/debug").is_empty(),
+        symbol_versions: probe_symbol_versions(fs),
     }
 }
 

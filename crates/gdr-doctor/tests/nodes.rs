@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{codes, find, pair, Fixture};
+use common::{codes, elf_module, find, pair, versions, Fixture};
 
 const ALL_FIXTURES: [&str; 6] = [
     "dgx-h100",
@@ -743,4 +743,116 @@ fn every_problem_has_a_fix() {
             }
         }
     }
+}
+
+/// An installed peer-memory client built against another ib_core than the installed one (an OFED
+/// upgrade it was not rebuilt for): the kernel would refuse it with only "disagrees about version
+/// of symbol"; gdr-doctor compares the CRCs in the files and names the rebuild.
+#[test]
+fn stale_build_after_an_ofed_upgrade() {
+    let fx = Fixture::new("dgx-h100");
+    let lib = format!(
+        "/lib/modules/{}",
+        fx.read("/proc/sys/kernel/osrelease").trim()
+    );
+    fx.write(
+        &format!("{lib}/modules.dep"),
+        "updates/dkms/peermem_rs.ko: updates/dkms/ib_core.ko\nupdates/dkms/ib_core.ko:\n",
+    );
+    let modinfo = b"version=0.9.0\0description=GPUDirect RDMA peer-memory client for NVIDIA GPUs (Rust)\0license=GPL\0".to_vec();
+    let client = |ext: bool| {
+        let imports = [
+            ("module_layout", 0x0abc_def0),
+            ("ib_register_peer_memory_client", 0x1111_1111),
+            ("ib_unregister_peer_memory_client", 0x2222_2222),
+        ];
+        let mut secs = vec![(".modinfo", modinfo.clone())];
+        if ext {
+            // CONFIG_EXTENDED_MODVERSIONS without the basic table: the names and CRCs apart.
+            let crcs = imports
+                .iter()
+                .flat_map(|(_, c): &(&str, u32)| c.to_le_bytes())
+                .collect();
+            let names = imports
+                .iter()
+                .flat_map(|(n, _)| format!("{n}\0").into_bytes())
+                .collect();
+            secs.push(("__version_ext_crcs", crcs));
+            secs.push(("__version_ext_names", names));
+        } else {
+            secs.push(("__versions", versions(&imports)));
+        }
+        elf_module(&secs, &[])
+    };
+    let provider = |register_crc: u32| {
+        let mut crcs = register_crc.to_le_bytes().to_vec();
+        crcs.extend_from_slice(&0x2222_2222u32.to_le_bytes());
+        elf_module(
+            &[
+                (".modinfo", b"license=Dual BSD/GPL\0".to_vec()),
+                ("__kcrctab", crcs),
+            ],
+            &[
+                ("__crc_ib_register_peer_memory_client", "__kcrctab", 0),
+                ("__crc_ib_unregister_peer_memory_client", "__kcrctab", 4),
+            ],
+        )
+    };
+    fx.write(&format!("{lib}/updates/dkms/peermem_rs.ko"), client(false));
+    fx.write(
+        &format!("{lib}/updates/dkms/ib_core.ko"),
+        provider(0x9999_9999),
+    );
+    let (_, r) = fx.json(&[]);
+    let f = find(&r["node_findings"], "stale-build");
+    assert_eq!(f["severity"], "fail", "{f}");
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!("peermem_rs ({lib}/updates/dkms/peermem_rs.ko) was built against other builds of its providers")),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("ib_register_peer_memory_client: linked against 0x11111111, ib_core ({lib}/updates/dkms/ib_core.ko) exports 0x99999999")),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("disagrees about version of symbol ib_register_peer_memory_client"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("ib_unregister_peer_memory_client"),
+        "only the mismatched symbol: {msg}"
+    );
+    assert!(
+        f["fix"].as_str().unwrap().starts_with(
+            "rebuild it against the installed providers: dkms build --force -m peermem-rs -v 0.9.0 -k $(uname -r) && dkms install --force"
+        ),
+        "{f}"
+    );
+    assert!(!node_codes(&r).contains(&"symbol-versions".to_string()));
+
+    // The same with only the extended tables (Rust's long names live there).
+    fx.write(&format!("{lib}/updates/dkms/peermem_rs.ko"), client(true));
+    let (_, r) = fx.json(&[]);
+    assert!(
+        node_codes(&r).contains(&"stale-build".to_string()),
+        "{:#}",
+        r["node_findings"]
+    );
+
+    // Rebuilt against the installed ib_core: the CRCs agree.
+    fx.write(
+        &format!("{lib}/updates/dkms/ib_core.ko"),
+        provider(0x1111_1111),
+    );
+    let (_, r) = fx.json(&[]);
+    assert!(!node_codes(&r).contains(&"stale-build".to_string()));
+    let ok = find(&r["node_findings"], "symbol-versions");
+    assert!(
+        ok["message"]
+            .as_str()
+            .unwrap()
+            .contains("(2 symbols of ib_core)"),
+        "{ok}"
+    );
 }

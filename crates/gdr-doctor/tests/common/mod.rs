@@ -199,3 +199,86 @@ pub fn find<'a>(findings: &'a serde_json::Value, code: &str) -> &'a serde_json::
         .find(|f| f["code"] == code)
         .unwrap_or_else(|| panic!("no finding {code} in {findings:#}"))
 }
+
+/// A minimal kernel module file (ELF64 little-endian, relocatable) with the given sections and
+/// symbols (name, section name, value), and the symbol and string tables the module loader reads:
+/// enough for gdr-doctor's modinfo and symbol-version reading, which is what the tests need of it.
+pub fn elf_module(sections: &[(&str, Vec<u8>)], symbols: &[(&str, &str, u64)]) -> Vec<u8> {
+    let mut shstrtab = vec![0u8];
+    let mut name_of = |n: &str| {
+        let at = shstrtab.len() as u32;
+        shstrtab.extend_from_slice(n.as_bytes());
+        shstrtab.push(0);
+        at
+    };
+    // (name offset, type, data, link)
+    let mut secs: Vec<(u32, u32, Vec<u8>, u32)> = vec![(0, 0, Vec::new(), 0)];
+    for (n, data) in sections {
+        secs.push((name_of(n), 1, data.clone(), 0));
+    }
+    let mut strtab = vec![0u8];
+    let mut symtab = vec![0u8; 24];
+    for (n, sec, value) in symbols {
+        let shndx = 1 + sections
+            .iter()
+            .position(|(s, _)| s == sec)
+            .expect("symbol's section") as u16;
+        let at = strtab.len() as u32;
+        strtab.extend_from_slice(n.as_bytes());
+        strtab.push(0);
+        symtab.extend_from_slice(&at.to_le_bytes());
+        symtab.extend_from_slice(&[0x11, 0]); // STB_GLOBAL, STT_OBJECT
+        symtab.extend_from_slice(&shndx.to_le_bytes());
+        symtab.extend_from_slice(&value.to_le_bytes());
+        symtab.extend_from_slice(&4u64.to_le_bytes());
+    }
+    let strtab_index = secs.len() as u32 + 1;
+    secs.push((name_of(".symtab"), 2, symtab, strtab_index));
+    secs.push((name_of(".strtab"), 3, strtab, 0));
+    let shstrtab_name = name_of(".shstrtab");
+    secs.push((shstrtab_name, 3, shstrtab.clone(), 0));
+    let mut out = vec![0u8; 64];
+    let mut offsets = Vec::new();
+    for (_, _, data, _) in &secs {
+        offsets.push(out.len() as u64);
+        out.extend_from_slice(data);
+    }
+    while out.len() % 8 != 0 {
+        out.push(0);
+    }
+    let shoff = out.len() as u64;
+    for (i, (name, kind, data, link)) in secs.iter().enumerate() {
+        out.extend_from_slice(&name.to_le_bytes());
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes()); // flags
+        out.extend_from_slice(&0u64.to_le_bytes()); // addr
+        out.extend_from_slice(&offsets[i].to_le_bytes());
+        out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        out.extend_from_slice(&link.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes()); // info
+        out.extend_from_slice(&1u64.to_le_bytes()); // addralign
+        out.extend_from_slice(&(if *kind == 2 { 24u64 } else { 0 }).to_le_bytes());
+    }
+    out[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+    out[16..18].copy_from_slice(&1u16.to_le_bytes()); // ET_REL
+    out[18..20].copy_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    out[20..24].copy_from_slice(&1u32.to_le_bytes());
+    out[40..48].copy_from_slice(&shoff.to_le_bytes());
+    out[52..54].copy_from_slice(&64u16.to_le_bytes());
+    out[58..60].copy_from_slice(&64u16.to_le_bytes());
+    out[60..62].copy_from_slice(&(secs.len() as u16).to_le_bytes());
+    out[62..64].copy_from_slice(&(secs.len() as u16 - 1).to_le_bytes());
+    out
+}
+
+/// `__versions` entries (struct modversion_info: an unsigned long CRC, a 56-byte name).
+pub fn versions(entries: &[(&str, u32)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, crc) in entries {
+        out.extend_from_slice(&u64::from(*crc).to_le_bytes());
+        let mut n = name.as_bytes().to_vec();
+        n.resize(56, 0);
+        out.extend_from_slice(&n);
+    }
+    out
+}
