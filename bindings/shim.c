@@ -5,6 +5,11 @@
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/workqueue.h>
+#include <linux/pci.h>
+#include <linux/delay.h>
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
 #include "shim.h"
 
 #ifndef PEERMEM_VERSION
@@ -26,5 +31,47 @@ MODULE_PARM_DESC(peerdirect_support,
 const char peermem_param_version[] = PEERMEM_VERSION;
 MODULE_VERSION(PEERMEM_VERSION);
 
+/* Here, not in module!: its key is `author` on 6.12 and `authors` on 7.x. */
+MODULE_AUTHOR("peermem-rs developers");
+
 /* Load the providers first when modprobe is used: the NVIDIA driver and the peer-memory host. */
 MODULE_SOFTDEP("pre: nvidia ib_core ib_uverbs");
+
+DEFINE_MUTEX(peermem_n_pins_lock);
+DEFINE_MUTEX(peermem_log_lock);
+
+struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags,
+						 int max_active)
+{
+	return alloc_workqueue("%s", flags, max_active, name);
+}
+
+struct pci_dev *peermem_pci_dev_get(struct device *dev)
+{
+	return dev_is_pci(dev) ? pci_dev_get(to_pci_dev(dev)) : NULL;
+}
+
+void peermem_fsleep(unsigned long usecs)
+{
+	fsleep(usecs);
+}
+
+static int peermem_show(struct seq_file *m, void *v)
+{
+	return peermem_seq_show(m, m->private);
+}
+DEFINE_SHOW_ATTRIBUTE(peermem);
+
+void *peermem_debugfs_create(const char *dir, const char *file, const void *data)
+{
+	struct dentry *d = debugfs_create_dir(dir, NULL);
+
+	/* i_private is not const, but the file only ever reads through it. */
+	debugfs_create_file(file, 0444, d, (void *)data, &peermem_fops);
+	return d;
+}
+
+void peermem_debugfs_remove(void *dir)
+{
+	debugfs_remove(dir);
+}

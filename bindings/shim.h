@@ -1,11 +1,30 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * The C side of peermem-rs: only what Rust cannot express. Module parameters that appear read-only
- * in /sys/module/<module>/parameters (the Rust module! macro registers parameters without sysfs
- * permissions), MODULE_VERSION and MODULE_SOFTDEP. There is no logic here.
+ * The C side of peermem-rs: only what Rust cannot express, on every kernel it builds on (6.12 to
+ * 7.3). Module parameters that appear read-only in /sys/module/<module>/parameters (the Rust
+ * module! macro registers parameters without sysfs permissions), MODULE_VERSION, MODULE_AUTHOR and
+ * MODULE_SOFTDEP; statically initialised mutexes; and one-line wrappers of kernel macros and static
+ * inlines that neither release's kernel crate exposes in the same form (each says why). There is
+ * no logic here. src/kapi.rs is the only Rust user of the wrappers.
  */
 #ifndef PEERMEM_SHIM_H
 #define PEERMEM_SHIM_H
+
+#include <linux/types.h>
+
+struct device;
+struct mutex;
+struct pci_dev;
+struct seq_file;
+struct workqueue_struct;
+
+/*
+ * Kernel functions the kernel crate's bindings lack on some release (6.12's bindings_helper.h
+ * includes neither pci.h nor seq_file.h). Declared again here, word for word, so that bindgen need
+ * not parse those headers; shim.c includes them, so the compiler checks these against the kernel's.
+ */
+void pci_dev_put(struct pci_dev *dev);
+int seq_write(struct seq_file *seq, const void *data, size_t len);
 
 /* Values of the module parameters, fixed once the module is loaded (permissions 0444). */
 extern int peermem_param_persistent_api_support;
@@ -13,5 +32,35 @@ extern int peermem_param_peerdirect_support;
 
 /* The module's version, as in MODULE_VERSION and the peer-memory client's version field. */
 extern const char peermem_param_version[];
+
+/*
+ * Module-wide mutexes (DEFINE_MUTEX: initialised at compile time, so usable before module init
+ * runs and never torn down). Their rules are next to their Rust users: peermem_n_pins_lock in
+ * src/client.rs (N_PINS), peermem_log_lock in src/stats.rs (LOG_LIMIT).
+ */
+extern struct mutex peermem_n_pins_lock;
+extern struct mutex peermem_log_lock;
+
+/* alloc_workqueue(): a variadic function on 6.12, a macro (alloc_hooks) from 6.13. */
+struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags,
+						 int max_active);
+
+/* dev_is_pci() and to_pci_dev() are macros; a reference on the PCI device, or NULL. */
+struct pci_dev *peermem_pci_dev_get(struct device *dev);
+
+/* fsleep() is a static inline (7.3's kernel crate has a helper for it, 6.12's has none). */
+void peermem_fsleep(unsigned long usecs);
+
+/*
+ * debugfs: a directory and one read-only seq_file in it (DEFINE_SHOW_ATTRIBUTE's file_operations,
+ * with .owner = THIS_MODULE). Reading the file calls peermem_seq_show(m, data), defined in Rust
+ * (src/kapi.rs), with the data given here. Returns the directory (an ERR_PTR on failure, which
+ * debugfs_remove() accepts), as an untyped handle: struct dentry would bring half of the VFS into
+ * the generated bindings.
+ */
+void *peermem_debugfs_create(const char *dir, const char *file, const void *data);
+int peermem_seq_show(struct seq_file *m, const void *data);
+/* debugfs_remove() is a static inline without CONFIG_DEBUG_FS. */
+void peermem_debugfs_remove(void *dir);
 
 #endif /* PEERMEM_SHIM_H */

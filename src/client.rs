@@ -34,7 +34,6 @@ use core::ptr::NonNull;
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow, SpinLock};
-use kernel::types::ForeignOwnable;
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
@@ -45,32 +44,29 @@ use crate::logic::registration::{
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
 use crate::sg::SgEntries;
-use crate::{compat, module, stats};
+use crate::kapi::{self, SharedMutex, StaticMutex};
+use crate::{module, stats};
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a
 /// count of live registrations.
-struct ModuleRef;
+///
+/// It goes with the registration. When it is the last module reference, the code dropping it is
+/// a host callback (the host's unregistration waits for it to return) or our work item (module
+/// exit destroys the queue, waiting for it): never a driver callback.
+struct ModuleRef(kapi::ModuleRef);
 
 impl ModuleRef {
     fn get() -> Option<Self> {
-        // SAFETY: `this_module()` is this module's descriptor; taking a reference is always
-        // allowed, and refused (false) once the module is going away.
-        if unsafe { bindings::try_module_get(compat::this_module()) } {
-            stats::registration_created();
-            Some(ModuleRef)
-        } else {
-            None
-        }
+        let r = kapi::ModuleRef::try_get()?;
+        stats::registration_created();
+        Some(ModuleRef(r))
     }
 }
 
 impl Drop for ModuleRef {
     fn drop(&mut self) {
         stats::registration_dropped();
-        // SAFETY: drops the reference taken in `get`. When it is the last one, the code running
-        // now is a host callback (the host's unregistration waits for it to return) or our work
-        // item (module exit destroys the queue, waiting for it): never a driver callback.
-        unsafe { bindings::module_put(compat::this_module()) };
+        // The module reference (`self.0`) goes right after this.
     }
 }
 
@@ -105,14 +101,14 @@ impl_has_work! {
     impl HasWork<Self> for RegCtx { self.work }
 }
 
-/// A reference to a registration held by C code: `Arc::into_foreign`'s pointer.
+/// A reference to a registration held by C code: `Arc::into_raw`'s pointer.
 ///
 /// # Invariants
 ///
 /// Made by [`ForeignRef::give`] from an `Arc<RegCtx>` whose count it holds, until
 /// [`ForeignRef::take_back`].
 #[derive(Clone, Copy)]
-pub(crate) struct ForeignRef(NonNull<c_void>);
+pub(crate) struct ForeignRef(NonNull<RegCtx>);
 
 // SAFETY: a counted reference to a `RegCtx`, which is `Send + Sync`.
 unsafe impl Send for ForeignRef {}
@@ -120,12 +116,14 @@ unsafe impl Send for ForeignRef {}
 impl ForeignRef {
     /// Hands a reference to C code.
     pub(crate) fn give(ctx: Arc<RegCtx>) -> Self {
-        // INVARIANT: `into_foreign` keeps the count and never returns null.
-        Self(NonNull::new(ctx.into_foreign()).expect("into_foreign gives a valid pointer"))
+        let ptr = Arc::into_raw(ctx).cast_mut();
+        // SAFETY: `into_raw` gives the address of the `Arc`'s data, which is never null.
+        // INVARIANT: it keeps the count.
+        Self(unsafe { NonNull::new_unchecked(ptr) })
     }
 
     pub(crate) fn as_ptr(self) -> *mut c_void {
-        self.0.as_ptr()
+        self.0.as_ptr().cast()
     }
 
     /// The reference behind a pointer C code hands back; `None` for null.
@@ -135,7 +133,7 @@ impl ForeignRef {
     /// A non-null `ptr` must come from [`ForeignRef::give`] and not have been taken back.
     pub(crate) unsafe fn from_ptr(ptr: *mut c_void) -> Option<Self> {
         // INVARIANT: the caller's contract.
-        NonNull::new(ptr).map(Self)
+        NonNull::new(ptr.cast()).map(Self)
     }
 
     /// Borrows the registration.
@@ -145,9 +143,9 @@ impl ForeignRef {
     /// Not taken back yet, and the registration stays alive while the borrow lives (the reference
     /// is not taken back meanwhile, or another one keeps it alive).
     pub(crate) unsafe fn borrow<'a>(self) -> ArcBorrow<'a, RegCtx> {
-        // SAFETY: by the type invariant and the caller's contract the pointer holds a count
-        // for the whole borrow.
-        unsafe { <Arc<RegCtx> as ForeignOwnable>::borrow(self.0.as_ptr()) }
+        // SAFETY: by the type invariant the pointer comes from `Arc::into_raw`, and by the
+        // caller's contract it holds a count for the whole borrow.
+        unsafe { ArcBorrow::from_raw(self.0.as_ptr()) }
     }
 
     /// Takes the reference back.
@@ -156,8 +154,9 @@ impl ForeignRef {
     ///
     /// Not taken back before; no copy of this value is used afterwards.
     pub(crate) unsafe fn take_back(self) -> Arc<RegCtx> {
-        // SAFETY: by the type invariant the pointer holds one count, which moves to the `Arc`.
-        unsafe { <Arc<RegCtx> as ForeignOwnable>::from_foreign(self.0.as_ptr()) }
+        // SAFETY: by the type invariant the pointer comes from `Arc::into_raw` and holds one
+        // count, which moves to the `Arc`.
+        unsafe { Arc::from_raw(self.0.as_ptr()) }
     }
 }
 
@@ -184,16 +183,8 @@ fn queue() -> &'static workqueue::Queue {
     module::work_queue()
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: initialised by `init`, from module init, before any client is registered.
-    unsafe(uninit) static N_PINS: Mutex<()> = ();
-}
-
-/// Sets up [`N_PINS`]. Called once from module init.
-pub(crate) fn init() {
-    // SAFETY: called once, from module init, before any registration can pin.
-    unsafe { N_PINS.init() };
-}
+// SAFETY: the shim's `peermem_n_pins_lock` is used by this lock only.
+static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, ()) };
 
 // Lock rules of `N_PINS`, the lock of the notification pins' keys.
 //
@@ -319,7 +310,7 @@ impl RegCtx {
                 let r = nvidia::wait_for_teardowns();
                 if r.is_err() {
                     // The state machine asks again; give the driver a moment to find memory.
-                    kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+                    kapi::sleep_ms(1);
                 }
                 r.map_err(errno)
             }
@@ -445,7 +436,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
         let _ = p.put(range);
         return no(EINVAL_NR, Cause::UnknownLayout);
     }
-    let state = Registration::acquired(link.flavour(), range, compat::current_tgid());
+    let state = Registration::acquired(link.flavour(), range, kapi::current_tgid());
     let ctx = Arc::pin_init(
         pin_init!(RegCtx {
             link,
@@ -482,7 +473,7 @@ fn host_call(
 ) -> Result {
     let link = ctx.link;
     let range = ctx.range();
-    let begun = ctx.inner.lock().state.begin(call, compat::current_tgid());
+    let begun = ctx.inner.lock().state.begin(call, kapi::current_tgid());
     begun.map_err(|v| violation(link, name, range, v))?;
     ctx.drive(Actor::Host, args)
         .map_err(|r| refused(link, name, range, r))
@@ -569,7 +560,7 @@ pub(crate) fn release(ctx: Arc<RegCtx>) {
         .inner
         .lock()
         .state
-        .begin(HostCall::Release, compat::current_tgid());
+        .begin(HostCall::Release, kapi::current_tgid());
     if let Err(v) = begun {
         // A call of the host is still in flight for this registration: dropping the host's
         // reference could free it under that call. Keep it (a leak) and say so.

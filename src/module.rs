@@ -3,17 +3,11 @@
 //! Module load and unload: check the parameters, register the clients nvidia-peermem would, and
 //! publish the statistics.
 
-use core::fmt;
-use core::ptr::NonNull;
-
-use kernel::bindings;
-use kernel::debugfs::{Dir, File};
 use kernel::prelude::*;
-use kernel::sync::atomic::{Acquire, Atomic, Release};
-use kernel::workqueue::Queue;
 
+use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqShow, WorkQueue};
 use crate::peer_mem::{ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT};
-use crate::{client, stats, sys};
+use crate::{stats, sys};
 
 /// The registered clients: the invalidating one (if any) and the persistent one.
 struct Clients {
@@ -23,7 +17,7 @@ struct Clients {
 
 /// This module's name: `peermem_rs`, or `nvidia_peermem` for the drop-in build.
 fn module_name() -> &'static CStr {
-    <crate::LocalModule as kernel::ModuleMetadata>::NAME
+    crate::MODULE_NAME
 }
 
 /// The modules that register a GPU peer-memory client named `nv_mem`, and who they are.
@@ -36,46 +30,17 @@ const NV_MEM_MODULES: [(&CStr, &str); 3] = [
     (c"nv_peer_mem", "Mellanox's nv_peer_mem"),
 ];
 
-/// Is a module named `name` in the kernel (loaded, loading or unloading)?
-///
-/// A module cannot ask the loader (`find_module` is not exported since 5.12, nor is
-/// `module_kset`), but every module in the kernel has a kobject in `module_kset`
-/// (/sys/module/<name>), and so do we: the loader adds ours (`mod_sysfs_setup`, which sets
-/// `mkobj.kobj.kset` to `module_kset`) before it calls our init. `kset_find_obj` (EXPORT_SYMBOL_GPL)
-/// looks a name up there, as the loader itself does to refuse a second copy of a module
-/// (`mod_sysfs_init`).
-fn module_present(this: &ThisModule, name: &CStr) -> bool {
-    let this = this.as_ptr();
-    if this.is_null() {
-        // Built in: no kobject of our own to start from (and peermem-rs is never built in).
-        return false;
-    }
-    // SAFETY: `this` is our own module, which is being initialised: the loader has added its
-    // kobject to `module_kset` and keeps it until the module is freed, after init has returned.
-    let kset = unsafe { (*this).mkobj.kobj.kset };
-    if kset.is_null() {
-        return false;
-    }
-    // SAFETY: `kset` is `module_kset`, which lives as long as the kernel; `name` is a C string.
-    let kobj = unsafe { bindings::kset_find_obj(kset, name.as_char_ptr()) };
-    if kobj.is_null() {
-        return false;
-    }
-    // SAFETY: `kset_find_obj` returned the kobject with a reference taken for us; we drop it.
-    unsafe { bindings::kobject_put(kobj) };
-    true
-}
-
 /// Refuses to load next to another module that registers `nv_mem` (see [`NV_MEM_MODULES`]).
 ///
 /// The peer-memory host cannot always refuse the second client for us: MLNX_OFED/DOCA-OFED rejects a
 /// duplicate name only through its `memory_peers` sysfs directory, which it builds only where the
 /// kernel exports `mm_kobj` (before 6.6). On current kernels both would register, and ib_core would
 /// hand GPU memory to whichever registered first.
-fn refuse_beside_other_client(this: &ThisModule) -> Result {
+fn refuse_beside_other_client() -> Result {
     let me = module_name();
     for (other, who) in NV_MEM_MODULES {
-        if other != me && module_present(this, other) {
+        if other != me && kapi::module_present(other) {
+            let other = cstr_str(other);
             pr_err!(
                 "{} ({}) is loaded and registers the GPU peer-memory client nv_mem: refusing to \
                  register a second one, which the peer-memory host may not refuse (unload it \
@@ -90,82 +55,25 @@ fn refuse_beside_other_client(this: &ThisModule) -> Result {
     Ok(())
 }
 
-/// The workqueue the registrations' work items run on, published for them by [`WorkQueue`].
-static WORK_QUEUE: Atomic<*mut bindings::workqueue_struct> = Atomic::new(core::ptr::null_mut());
-
-/// The module's own workqueue: a registration's work item may drop the last reference to it, and
-/// with it the module reference, so module exit must wait for a running item to return before the
-/// module's code goes, which destroying our own queue does (flushing a system queue is not
-/// allowed).
-///
-/// # Invariants
-///
-/// `0` is a workqueue made by `alloc_workqueue`, destroyed on drop; while it exists, it is the one
-/// `WORK_QUEUE` publishes.
-struct WorkQueue(NonNull<bindings::workqueue_struct>);
-
-// SAFETY: a workqueue may be used and destroyed from any task.
-unsafe impl Send for WorkQueue {}
-// SAFETY: as above.
-unsafe impl Sync for WorkQueue {}
-
-impl WorkQueue {
-    fn new() -> Result<Self> {
-        // SAFETY: a constant name with no format directive; unbound: the items sleep in driver
-        // calls and need no particular CPU.
-        let wq = unsafe {
-            bindings::alloc_workqueue_noprof(
-                c"peermem_rs".as_char_ptr(),
-                bindings::wq_flags_WQ_UNBOUND,
-                0,
-            )
-        };
-        let wq = NonNull::new(wq).ok_or(ENOMEM)?;
-        WORK_QUEUE.store(wq.as_ptr(), Release);
-        // INVARIANT: made and published just now.
-        Ok(Self(wq))
-    }
-}
-
-impl Drop for WorkQueue {
-    fn drop(&mut self) {
-        WORK_QUEUE.store(core::ptr::null_mut(), Release);
-        // SAFETY: by the type invariant; it waits for a running item to return. Nothing can queue
-        // an item any more: items are queued for registrations, every registration holds a
-        // module reference, and module exit (this drop) runs only once there are none.
-        unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
-    }
-}
-
 /// The queue for the registrations' work items.
-pub(crate) fn work_queue() -> &'static Queue {
-    let wq = WORK_QUEUE.load(Acquire);
+pub(crate) fn work_queue() -> &'static kernel::workqueue::Queue {
     // SAFETY: registrations, the only users, exist only while the module is loaded: after the
     // queue is made (before the clients are registered) and before it is destroyed (after the
     // last registration went), so the queue is alive for as long as they may call this.
-    unsafe { Queue::from_raw(wq) }
+    unsafe { kapi::work_queue() }
 }
 
 /// The loaded module. Field order is drop order: the clients are unregistered first (which waits
 /// for their registrations to be released), then the work queue is destroyed (which waits for a
 /// work item still returning), then the statistics files go.
-#[pin_data(PinnedDrop)]
 pub(crate) struct PeerMemRs {
     _clients: Clients,
     _queue: WorkQueue,
-    #[pin]
-    _stats: File<StatsText>,
-    _debugfs: Dir,
+    _debugfs: DebugfsDir,
 }
 
 /// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line.
-struct StatsText;
-
-impl fmt::Debug for StatsText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", stats::snapshot())
-    }
-}
+static STATS_TEXT: SeqShow = SeqShow(|w| write!(w, "{}", stats::snapshot()));
 
 /// The parameters, checked. Meanings as in nvidia-peermem.
 struct Params {
@@ -229,7 +137,7 @@ fn register(
                  by a module other than nvidia_peermem, peermem_rs and nv_peer_mem (which are looked \
                  for first); unload that module (its name is in /sys/kernel/mm/memory_peers or the \
                  kernel log)\n",
-                name
+                cstr_str(name)
             );
             EBUSY
         }
@@ -240,8 +148,6 @@ fn register(
 /// Registers the clients nvidia-peermem would for these parameters.
 fn register_clients() -> Result<Clients> {
     let params = params()?;
-    stats::init();
-    client::init();
     let clients = if params.persistent_only {
         Clients {
             _invalidating: None,
@@ -263,7 +169,7 @@ fn register_clients() -> Result<Clients> {
     }
     pr_info!(
         "peermem-rs {} loaded: {} (persistent_api_support={}, peerdirect_support={})\n",
-        sys::version(),
+        cstr_str(sys::version()),
         if params.persistent_only {
             "client nv_mem (persistent)"
         } else if params.legacy_peerdirect {
@@ -277,29 +183,26 @@ fn register_clients() -> Result<Clients> {
     Ok(clients)
 }
 
-impl kernel::InPlaceModule for PeerMemRs {
-    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+impl kernel::Module for PeerMemRs {
+    fn init(module: &'static ThisModule) -> Result<Self> {
+        kapi::set_this_module(module);
         // Nothing is made next to another nv_mem client. Then the queue: a registration may need
         // it as soon as a client is registered.
-        let queue = refuse_beside_other_client(module).and_then(|()| WorkQueue::new());
-        let clients = queue
-            .as_ref()
-            .map_err(|e| *e)
-            .and_then(|_| register_clients());
+        refuse_beside_other_client()?;
+        let queue = WorkQueue::new(c"peermem_rs")?;
+        let clients = register_clients()?;
         // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
-        let debugfs = Dir::new(module_name());
-        try_pin_init!(Self {
-            _stats <- debugfs.read_only_file(c"stats", StatsText),
-            _clients: clients?,
-            _queue: queue?,
+        let debugfs = DebugfsDir::new(module_name(), c"stats", &STATS_TEXT);
+        Ok(Self {
+            _clients: clients,
+            _queue: queue,
             _debugfs: debugfs,
         })
     }
 }
 
-#[pinned_drop]
-impl PinnedDrop for PeerMemRs {
-    fn drop(self: Pin<&mut Self>) {
+impl Drop for PeerMemRs {
+    fn drop(&mut self) {
         pr_info!(
             "peermem-rs unloading ({} registrations served)\n",
             stats::snapshot().registrations

@@ -26,6 +26,7 @@ use core::ptr::NonNull;
 use kernel::bindings;
 use kernel::prelude::*;
 
+use crate::kapi;
 use crate::logic::range::GpuRange;
 use crate::logic::tables::{DmaMappingHeader, PageTableHeader};
 use crate::sys;
@@ -264,19 +265,11 @@ pub(crate) fn wait_for_teardowns() -> Result {
 /// waits for teardowns; should it be called, it fails and its caller waits and asks again.
 #[cfg(not(peermem_persistent_api))]
 pub(crate) fn wait_for_teardowns() -> Result {
-    Err(EOPNOTSUPP)
+    Err(kapi::eopnotsupp())
 }
 
 /// A PCI device the NIC's DMA goes through, with a reference of ours on it.
-///
-/// # Invariants
-///
-/// Points to a `struct pci_dev` on which this value holds a reference (`pci_dev_get`), dropped
-/// on drop.
-pub(crate) struct PeerDevice(NonNull<bindings::pci_dev>);
-
-// SAFETY: a reference on a `struct pci_dev` may be held and dropped from any task.
-unsafe impl Send for PeerDevice {}
+pub(crate) struct PeerDevice(kapi::PciDev);
 
 impl PeerDevice {
     /// The PCI device behind the host's `dma_device`, referenced; `None` when it is not a PCI
@@ -286,30 +279,11 @@ impl PeerDevice {
     ///
     /// `dev` must be null or point to a live `struct device` for the duration of the call.
     pub(crate) unsafe fn from_device(dev: *mut bindings::device) -> Option<Self> {
-        if dev.is_null() {
-            return None;
-        }
-        // SAFETY: `dev` is a live device (caller's contract); `dev_is_pci` only reads its bus.
-        if !unsafe { bindings::dev_is_pci(dev) } {
-            return None;
-        }
-        // SAFETY: a PCI device's `struct device` is the `dev` field of its `struct pci_dev`, so
-        // the containing structure is in bounds of the same allocation.
-        let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
-        // SAFETY: `pdev` is live (its `dev` is); taking a reference keeps it so.
-        let pdev = unsafe { bindings::pci_dev_get(pdev) };
-        // INVARIANT: referenced just now.
-        NonNull::new(pdev).map(Self)
+        // SAFETY: the caller's contract.
+        unsafe { kapi::PciDev::from_device(dev) }.map(Self)
     }
 
-    fn as_ptr(&self) -> *mut bindings::pci_dev {
+    fn as_ptr(&self) -> *mut sys::pci_dev {
         self.0.as_ptr()
-    }
-}
-
-impl Drop for PeerDevice {
-    fn drop(&mut self) {
-        // SAFETY: drops the reference the type invariant says this value holds.
-        unsafe { bindings::pci_dev_put(self.0.as_ptr()) };
     }
 }

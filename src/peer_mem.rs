@@ -15,10 +15,12 @@ use kernel::ffi::{c_char, c_int, c_ulong};
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::str::CStrExt;
-use kernel::sync::atomic::{Acquire, Atomic, Release};
 use kernel::sync::ArcBorrow;
 use kernel::types::Opaque;
+
+use crate::kapi::atomic::AtomicPtr;
+use crate::kapi::atomic::Ordering::{Acquire, Release};
+use crate::kapi::{self, CStr};
 
 use crate::client::{self, ForeignRef, RegCtx};
 use crate::logic::registration::Flavour;
@@ -31,9 +33,9 @@ use crate::sys;
 pub(crate) struct HostLink {
     flavour: Flavour,
     /// The client's name, a `'static` C string; null while not registered.
-    name: Atomic<*const c_char>,
+    name: AtomicPtr<c_char>,
     /// The handle `ib_register_peer_memory_client` returned; null while not registered.
-    handle: Atomic<*mut c_void>,
+    handle: AtomicPtr<c_void>,
     /// Where the host writes its invalidate function during registration.
     invalidate_fn: Opaque<sys::invalidate_peer_memory>,
 }
@@ -50,9 +52,9 @@ impl HostLink {
     const fn new(flavour: Flavour) -> Self {
         Self {
             flavour,
-            name: Atomic::new(core::ptr::null()),
-            handle: Atomic::new(core::ptr::null_mut()),
-            invalidate_fn: Opaque::zeroed(),
+            name: AtomicPtr::new(core::ptr::null_mut()),
+            handle: AtomicPtr::new(core::ptr::null_mut()),
+            invalidate_fn: Opaque::new(None),
         }
     }
 
@@ -67,7 +69,7 @@ impl HostLink {
             return c"peermem_rs";
         }
         // SAFETY: `name` is only ever set to a `'static` C string literal.
-        unsafe { CStr::from_char_ptr(p) }
+        unsafe { kapi::cstr_from_ptr(p) }
     }
 
     /// May this client accept a registration? The invalidating one only once its host handle is
@@ -147,7 +149,8 @@ impl ClientRegistration {
         }
         Callbacks::install(&mut c.client, link.flavour);
         let client = KBox::new(Opaque::new(c), GFP_KERNEL).map_err(|_| RegisterError::NoMemory)?;
-        link.name.store(name.as_char_ptr(), Release);
+        // Never written through: `AtomicPtr` has no `*const` flavour.
+        link.name.store(kapi::as_char_ptr(name).cast_mut(), Release);
         let invalidate_out = if invalidating {
             link.invalidate_fn.get()
         } else {
@@ -159,7 +162,7 @@ impl ClientRegistration {
         let handle =
             unsafe { sys::ib_register_peer_memory_client(client.get().cast(), invalidate_out) };
         let Some(handle) = NonNull::new(handle) else {
-            link.name.store(core::ptr::null(), Release);
+            link.name.store(core::ptr::null_mut(), Release);
             return Err(RegisterError::Refused);
         };
         link.handle.store(handle.as_ptr(), Release);

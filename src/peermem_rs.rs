@@ -7,7 +7,7 @@
 //! straight into GPU memory. The crate root only declares the parts and the module.
 
 mod client;
-mod compat;
+mod kapi;
 // The logic is shared with the host crate (crates/peermem-logic), whose tests use accessors the
 // module does not need, and whose items are `pub` for that crate's sake.
 #[allow(dead_code, unreachable_pub)]
@@ -22,16 +22,23 @@ mod sys;
 /// Declares the module under `$name`. The kernel names a loadable module after its object (Kbuild
 /// chooses `peermem_rs.o` or, for the drop-in, `nvidia-peermem.o`); the macro's `name` must match it,
 /// because it is the prefix of every log line (`pr_*!`), and a log line should name the module an
-/// operator can `rmmod`.
+/// operator can `rmmod`. Only the keys every kernel's `module!` accepts (see `kapi`); the author is
+/// in the C shim.
 macro_rules! peermem_module {
     ($name:literal, $description:literal) => {
         kernel::macros::module! {
             type: module::PeerMemRs,
             name: $name,
-            authors: ["peermem-rs developers"],
             description: $description,
             license: "GPL",
         }
+
+        /// This module's name, as in `module!`: `peermem_rs`, or `nvidia_peermem` for the drop-in.
+        const MODULE_NAME: &kapi::CStr =
+            match kapi::CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("a module name has no NUL"),
+            };
     };
 }
 

@@ -7,8 +7,9 @@
 //! what went wrong without reproducing it.
 
 use kernel::prelude::*;
-use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::time::{Instant, Monotonic};
+
+use crate::kapi::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::kapi::{self, cstr_str, CStr, SharedMutex, StaticMutex};
 
 use crate::logic::cause::Cause;
 use crate::logic::range::GpuRange;
@@ -17,11 +18,11 @@ use crate::logic::registration::{Actor, Event, Violation};
 use crate::logic::stats::Snapshot;
 
 /// One global counter.
-struct Counter(Atomic<u64>);
+struct Counter(AtomicU64);
 
 impl Counter {
     const fn new() -> Self {
-        Self(Atomic::new(0))
+        Self(AtomicU64::new(0))
     }
     fn add(&self, n: u64) {
         self.0.fetch_add(n, Relaxed);
@@ -90,34 +91,22 @@ pub(crate) fn snapshot() -> Snapshot {
     s
 }
 
-kernel::sync::global_lock! {
-    // SAFETY: initialised in `init` before any refusal can be explained.
-    unsafe(uninit) static LOG_LIMIT: Mutex<RateLimit> = RateLimit::new(5000, 10);
-}
-
-/// Sets up the rate limiter. Called once from module init.
-pub(crate) fn init() {
-    // SAFETY: called once, from module init, before anything else uses `LOG_LIMIT`.
-    unsafe { LOG_LIMIT.init() };
-}
-
-/// The time base of the rate limit: the first refusal.
-static START: kernel::sync::SetOnce<Instant<Monotonic>> = kernel::sync::SetOnce::new();
-
-fn now_ms() -> u64 {
-    START.populate(Instant::now());
-    match START.as_ref() {
-        Some(start) => u64::try_from(start.elapsed().as_millis()).unwrap_or(0),
-        None => 0,
-    }
-}
+/// The rate limit of the explanations in the kernel log.
+///
+/// Lock rules: protects the `RateLimit` only; held just to check it (no call, no print, nothing
+/// else taken inside), from tasks only (every caller is a host or driver callback, or our work
+/// item, in process context). A leaf lock.
+// SAFETY: the shim's `peermem_log_lock` is used by this lock only.
+static LOG_LIMIT: StaticMutex<RateLimit> =
+    unsafe { StaticMutex::new(SharedMutex::Log, RateLimit::new(5000, 10)) };
 
 /// Counts a refusal and explains it in the kernel log (rate limited).
 pub(crate) fn refuse(client: &CStr, call: &str, range: Option<GpuRange>, errno: i32, cause: Cause) {
     ERRORS[cause.index()].add(1);
-    let pid = kernel::current!().pid();
+    let pid = kapi::current_pid();
+    let client = cstr_str(client);
     match range {
-        Some(r) => say(fmt!(
+        Some(r) => say(format_args!(
             "{}: {} of GPU VA {:#x}+{:#x} (pid {}) refused, errno -{}: {}\n",
             client,
             call,
@@ -127,7 +116,7 @@ pub(crate) fn refuse(client: &CStr, call: &str, range: Option<GpuRange>, errno: 
             errno,
             cause.explain()
         )),
-        None => say(fmt!(
+        None => say(format_args!(
             "{}: {} (pid {}) refused, errno -{}: {}\n",
             client,
             call,
@@ -141,6 +130,7 @@ pub(crate) fn refuse(client: &CStr, call: &str, range: Option<GpuRange>, errno: 
 /// Counts (and, where an operator needs to know, explains) what happened to a registration of
 /// `range` of `client`; `actor` is who noticed it.
 pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) {
+    let client = cstr_str(client);
     match event {
         Event::Unpinned => {
             unpinned(range.len());
@@ -153,19 +143,19 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
         Event::LateCallback => LATE_CALLBACKS.add(1),
         Event::UnpinNForeign => {
             FOREIGN_UNPINS.add(1);
-            say(fmt!(
+            say(format_args!(
                 "{}: GPU VA {:#x}+{:#x} was deregistered by pid {}, not by the process that \
                  registered it; the NVIDIA driver unpins a pin only for that process, so this one \
                  stays pinned (and peermem-rs loaded) until that process frees the memory or exits\n",
                 client,
                 range.start(),
                 range.len(),
-                kernel::current!().pid()
+                kapi::current_pid()
             ));
         }
         Event::UnpinPFailed(errno) | Event::UnpinNFailed(errno) => {
             UNPIN_FAILURES.add(1);
-            say(fmt!(
+            say(format_args!(
                 "{}: the NVIDIA driver refused to unpin GPU VA {:#x}+{:#x} (errno -{}); {}\n",
                 client,
                 range.start(),
@@ -180,7 +170,7 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
         }
         Event::ReleasedWithoutPutPages => {
             ERRORS[Cause::HostProtocol.index()].add(1);
-            say(fmt!(
+            say(format_args!(
                 "{}: the peer-memory host released GPU VA {:#x}+{:#x} without put_pages (a host \
                  bug); unpinning it\n",
                 client,
@@ -194,9 +184,9 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
 /// A host call that broke the protocol: counted as a host_protocol refusal and explained.
 pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation) {
     ERRORS[Cause::HostProtocol.index()].add(1);
-    say(fmt!(
+    say(format_args!(
         "{}: {} of GPU VA {:#x}+{:#x} refused, errno -22: the peer-memory host broke the protocol: {}\n",
-        client,
+        cstr_str(client),
         call,
         range.start(),
         range.len(),
@@ -206,7 +196,8 @@ pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation
 
 /// One rate-limited warning.
 fn say(args: core::fmt::Arguments<'_>) {
-    let Verdict::Print { suppressed } = LOG_LIMIT.lock().check(now_ms()) else {
+    let verdict = LOG_LIMIT.lock().check(kapi::monotonic_ms());
+    let Verdict::Print { suppressed } = verdict else {
         return;
     };
     pr_warn!("{}", args);

@@ -21,13 +21,30 @@
 mod generated {
     // Kernel types are blocklisted in bindgen.args and taken from the kernel crate instead.
     #[allow(unused_imports)]
-    use kernel::bindings::{device, pci_dev, scatterlist, sg_table};
+    use kernel::bindings::{device, scatterlist, sg_table, workqueue_struct};
+
+    /// Kernel structures the crate only handles by pointer (blocklisted in bindgen.args): opaque
+    /// here, so that they are the same type on every kernel whatever its kernel crate binds.
+    #[repr(C)]
+    pub struct pci_dev {
+        _opaque: [u8; 0],
+    }
+    /// See [`pci_dev`].
+    #[repr(C)]
+    pub struct seq_file {
+        _opaque: [u8; 0],
+    }
 
     include!("../bindings/generated.rs");
 }
 
-use kernel::str::{CStr, CStrExt};
+use crate::kapi::{self, CStr};
 
+pub(crate) use generated::{
+    pci_dev, pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create,
+    peermem_debugfs_remove, peermem_fsleep, peermem_log_lock, peermem_n_pins_lock,
+    peermem_pci_dev_get, seq_file, seq_write,
+};
 pub(crate) use generated::{
     ib_register_peer_memory_client, ib_unregister_peer_memory_client, invalidate_peer_memory,
     nvidia_p2p_dma_map_pages, nvidia_p2p_dma_mapping, nvidia_p2p_dma_unmap_pages,
@@ -52,7 +69,7 @@ const _: () = {
 pub(crate) fn version() -> &'static CStr {
     // SAFETY: `peermem_param_version` is a NUL-terminated `const char[]` defined in bindings/shim.c;
     // it is immutable and lives as long as the module.
-    unsafe { CStr::from_char_ptr(generated::peermem_param_version.as_ptr()) }
+    unsafe { kapi::cstr_from_ptr(generated::peermem_param_version.as_ptr()) }
 }
 
 /// The values of the module parameters, declared in the C shim so that they appear read-only in

@@ -47,6 +47,7 @@ fn apply_args(mut b: bindgen::Builder, args: &str) -> bindgen::Builder {
             "--allowlist-function" => b.allowlist_function(val),
             "--allowlist-var" => b.allowlist_var(val),
             "--blocklist-type" => b.blocklist_type(val),
+            "--opaque-type" => b.opaque_type(val),
             "--constified-enum" => b.constified_enum(val),
             "--default-enum-style" => {
                 assert_eq!(val, "consts", "unsupported enum style {val}");
@@ -172,7 +173,8 @@ fn generate(
     writeln!(c, "const struct abi_entry {name}_c_layouts[] = {{").unwrap();
     let mut r = format!(
         "pub mod {name} {{\n    #![allow(dead_code, non_camel_case_types, non_upper_case_globals, non_snake_case, clashing_extern_declarations, clippy::all)]\n    \
-         #[repr(C)] pub struct device {{ _opaque: [u8; 0] }}\n    #[repr(C)] pub struct pci_dev {{ _opaque: [u8; 0] }}\n    \
+         #[repr(C)] pub struct device {{ _opaque: [u8; 0] }}\n             #[repr(C)] pub struct pci_dev {{ _opaque: [u8; 0] }}\n    #[repr(C)] pub struct seq_file {{ _opaque: [u8; 0] }}\n    \
+         #[repr(C)] pub struct workqueue_struct {{ _opaque: [u8; 0] }}\n    \
          #[repr(C)] pub struct sg_table {{ _opaque: [u8; 0] }}\n    #[repr(C)] pub struct scatterlist {{ _opaque: [u8; 0] }}\n    \
          include!(concat!(env!(\"OUT_DIR\"), \"/{name}_bindings.rs\"));\n    pub const RUST: &[(&str, usize)] = &[\n"
     );
