@@ -19,15 +19,19 @@ mod sg;
 mod stats;
 mod sys;
 
+// A plain identifier for `module!`'s `type` (6.12's takes no path).
+use module::PeerMemRs;
+
 /// Declares the module under `$name`. The kernel names a loadable module after its object (Kbuild
 /// chooses `peermem_rs.o` or, for the drop-in, `nvidia-peermem.o`); the macro's `name` must match it,
 /// because it is the prefix of every log line (`pr_*!`), and a log line should name the module an
 /// operator can `rmmod`. Only the keys every kernel's `module!` accepts (see `kapi`); the author is
-/// in the C shim.
+/// in the C shim. `tt`, not `literal`: 6.12's `module!` expects a bare literal token, and a
+/// `literal` fragment reaches it wrapped in an invisible group.
 macro_rules! peermem_module {
-    ($name:literal, $description:literal) => {
+    ($name:tt, $description:tt) => {
         kernel::macros::module! {
-            type: module::PeerMemRs,
+            type: PeerMemRs,
             name: $name,
             description: $description,
             license: "GPL",
