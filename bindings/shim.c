@@ -31,7 +31,7 @@ MODULE_PARM_DESC(peerdirect_support,
 const char peermem_param_version[] = PEERMEM_VERSION;
 MODULE_VERSION(PEERMEM_VERSION);
 
-/* Here, not in module!: its key is `author` on 6.12 and `authors` on 7.x. */
+/* Here, not in module!: its key is `author` on 6.12 and `authors` on 7.2 and 7.3. */
 MODULE_AUTHOR("peermem-rs developers");
 
 /* Load the providers first when modprobe is used: the NVIDIA driver and the peer-memory host. */

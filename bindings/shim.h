@@ -41,7 +41,7 @@ extern const char peermem_param_version[];
 extern struct mutex peermem_n_pins_lock;
 extern struct mutex peermem_log_lock;
 
-/* alloc_workqueue(): a variadic function on 6.12, a macro (alloc_hooks) from 6.13. */
+/* alloc_workqueue(): a variadic function on 6.12, a macro (alloc_hooks) on 7.3. */
 struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags,
 						 int max_active);
 

@@ -36,6 +36,7 @@ use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow, SpinLock};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
+use crate::kapi::{self, SharedMutex, StaticMutex};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
@@ -44,7 +45,6 @@ use crate::logic::registration::{
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
 use crate::sg::SgEntries;
-use crate::kapi::{self, SharedMutex, StaticMutex};
 use crate::{module, stats};
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a

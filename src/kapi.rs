@@ -21,20 +21,20 @@
 //! | what | here, on every release | why not the kernel crate's |
 //! |---|---|---|
 //! | C strings | [`CStr`] is `core::ffi::CStr` (`c"..."` literals), [`as_char_ptr`], [`cstr_from_ptr`], [`cstr_str`] | 6.12's `kernel::str::CStr` is a type of its own; 7.3's is core's plus `CStrExt` |
-//! | atomics | [`atomic`] (`core::sync::atomic`) | `kernel::sync::atomic` is 6.18+ |
-//! | THIS_MODULE, module references | [`set_this_module`] (init's `&'static ThisModule`), [`ModuleRef`] (`try_module_get`/`module_put`) | a crate-root static on 6.12, `ModuleMetadata::THIS_MODULE` on 7.3 |
+//! | atomics | [`atomic`] (`core::sync::atomic`) | no `kernel::sync::atomic` on 6.12 |
+//! | THIS_MODULE, module references | [`set_this_module`] (init's `&'static ThisModule`), [`ModuleRef`] (`try_module_get`/`module_put`) | a crate-root static on 6.12 and 7.2, `ModuleMetadata::THIS_MODULE` on 7.3 |
 //! | is module X loaded | [`module_present`] (`kset_find_obj` on `module_kset`) | no API |
-//! | work queue | [`WorkQueue`] (shim `alloc_workqueue`, `destroy_workqueue`), [`work_queue`] | `alloc_workqueue` is a variadic function on 6.12, a macro (`alloc_workqueue_noprof`) from 6.13 |
-//! | module-wide mutexes | [`StaticMutex`] on the shim's `DEFINE_MUTEX`es | `kernel::sync::global_lock` is 6.13+ |
-//! | time, sleeping | [`monotonic_ms`] (`ktime_get`), [`sleep_ms`] (shim `fsleep`) | `kernel::time::{Instant, Delta}` and `time::delay` are 6.15+ |
-//! | current's tgid, pid | [`current_tgid`] (`get_current()->tgid`), [`current_pid`] (`current!().pid()`) | `Task::tgid` is 7.3+ |
+//! | work queue | [`WorkQueue`] (shim `alloc_workqueue`, `destroy_workqueue`), [`work_queue`] | `alloc_workqueue` is a variadic function on 6.12, a macro (`alloc_workqueue_noprof`) on 7.3 |
+//! | module-wide mutexes | [`StaticMutex`] on the shim's `DEFINE_MUTEX`es | no `kernel::sync::global_lock` on 6.12 |
+//! | time, sleeping | [`monotonic_ms`] (`ktime_get`), [`sleep_ms`] (shim `fsleep`) | no `kernel::time::{Instant, Delta}` or `time::delay` on 6.12 |
+//! | current's tgid, pid | [`current_tgid`] (`get_current()->tgid`), [`current_pid`] (`current!().pid()`) | `Task::tgid` is 7.3's (not on 7.2) |
 //! | PCI device references | [`PciDev`] (shim `dev_is_pci` + `pci_dev_get`, `pci_dev_put`) | not in 6.12's bindings; `dev_is_pci` is a macro |
-//! | debugfs | [`DebugfsDir`] with a [`SeqShow`] file (shim `DEFINE_SHOW_ATTRIBUTE`) | `kernel::debugfs` is 6.18+ |
+//! | debugfs | [`DebugfsDir`] with a [`SeqShow`] file (shim `DEFINE_SHOW_ATTRIBUTE`) | no `kernel::debugfs` on 6.12 |
 //! | errno without a kernel-crate constant | [`eopnotsupp`] | 6.12 has no `EOPNOTSUPP` |
 //!
 //! The `module!` invocation itself (crate root) uses only the keys every release accepts (`type`,
 //! `name`, `description`, `license`); `MODULE_AUTHOR` is in the shim (the key is `author` on 6.12,
-//! `authors` on 7.x).
+//! `authors` on 7.2 and 7.3).
 
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
@@ -321,7 +321,8 @@ pub(crate) fn monotonic_ms() -> u64 {
 
 /// Sleeps for about `ms` milliseconds. Process context only.
 pub(crate) fn sleep_ms(ms: u32) {
-    // SAFETY: `fsleep` sleeps (usleep_range or msleep, by the length); our callers may sleep.
+    // SAFETY: `fsleep` of a millisecond or more sleeps (usleep_range, or msleep from 20 ms:
+    // include/linux/delay.h); our callers may sleep.
     unsafe { sys::peermem_fsleep((ms as c_ulong).saturating_mul(1000)) };
 }
 
@@ -456,7 +457,10 @@ impl fmt::Write for SeqWriter {
 /// Called by the shim's `peermem_show` (`single_open`'s show callback) with the seq_file of the
 /// read and `m->private`: the `i_private` [`DebugfsDir::new`] gave, a `&'static SeqShow`.
 #[no_mangle]
-pub(crate) unsafe extern "C" fn peermem_seq_show(m: *mut sys::seq_file, data: *const c_void) -> c_int {
+pub(crate) unsafe extern "C" fn peermem_seq_show(
+    m: *mut sys::seq_file,
+    data: *const c_void,
+) -> c_int {
     // SAFETY: the function's contract: `data` is null or a `&'static SeqShow`.
     let Some(show) = (unsafe { data.cast::<SeqShow>().as_ref() }) else {
         return 0;

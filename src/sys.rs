@@ -41,11 +41,6 @@ mod generated {
 use crate::kapi::{self, CStr};
 
 pub(crate) use generated::{
-    pci_dev, pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create,
-    peermem_debugfs_remove, peermem_fsleep, peermem_log_lock, peermem_n_pins_lock,
-    peermem_pci_dev_get, seq_file, seq_write,
-};
-pub(crate) use generated::{
     ib_register_peer_memory_client, ib_unregister_peer_memory_client, invalidate_peer_memory,
     nvidia_p2p_dma_map_pages, nvidia_p2p_dma_mapping, nvidia_p2p_dma_unmap_pages,
     nvidia_p2p_get_pages, nvidia_p2p_page_table, nvidia_p2p_put_pages, peer_memory_client,
@@ -54,6 +49,11 @@ pub(crate) use generated::{
 };
 #[cfg(peermem_persistent_api)]
 pub(crate) use generated::{nvidia_p2p_get_pages_persistent, nvidia_p2p_put_pages_persistent};
+pub(crate) use generated::{
+    pci_dev, pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create, peermem_debugfs_remove,
+    peermem_fsleep, peermem_log_lock, peermem_n_pins_lock, peermem_pci_dev_get, seq_file,
+    seq_write,
+};
 
 /// The ABI facts the rest of the crate relies on, checked when the module is compiled.
 const _: () = {
