@@ -19,12 +19,11 @@ struct seq_file;
 struct workqueue_struct;
 
 /*
- * Kernel functions the kernel crate's bindings lack on some release (6.12's bindings_helper.h
- * includes neither pci.h nor seq_file.h). Declared again here, word for word, so that bindgen need
- * not parse those headers; shim.c includes them, so the compiler checks these against the kernel's.
+ * A kernel function 6.12's kernel::bindings lacks (its bindings_helper.h does not include pci.h).
+ * Declared again here, word for word, so that bindgen need not parse pci.h; shim.c includes it, so
+ * the compiler checks this declaration against the kernel's.
  */
 void pci_dev_put(struct pci_dev *dev);
-int seq_write(struct seq_file *seq, const void *data, size_t len);
 
 /* Values of the module parameters, fixed once the module is loaded (permissions 0444). */
 extern int peermem_param_persistent_api_support;

@@ -9,9 +9,9 @@
 //! file has one implementation for the whole range, so that building on the oldest and the newest
 //! kernel compiles the code every kernel in between runs. It is built on the kernel crate where
 //! every release has the API, and otherwise on functions every release's `kernel::bindings` has
-//! (`try_module_get`, `kset_find_obj`, `mutex_lock`, `get_current`, `ktime_get`, ...), on our own
-//! bindgen output (`crate::sys`: `pci_dev_put`, `seq_write`) or on the C shim (`bindings/shim.c`:
-//! macros and static inlines). Nothing in it, and nothing else in src/, names a kernel version.
+//! (`try_module_get`, `kset_find_obj`, `mutex_lock`, `get_current`, `ktime_get`, `seq_write`, ...),
+//! on our own bindgen output (`crate::sys`: `pci_dev_put`, which 6.12's lacks) or on the C shim
+//! (`bindings/shim.c`: macros and static inlines). Nothing in it, and nothing else in src/, names a kernel version.
 //!
 //! What the rest of the crate takes from the kernel crate directly is what every release has in
 //! the same form: `Arc`, `ArcBorrow`, `SpinLock`, `KBox`, `Opaque`, `workqueue::{Queue, Work,
@@ -355,7 +355,7 @@ pub(crate) fn current_pid() -> i32 {
 ///
 /// Points to a `struct pci_dev` on which this value holds a reference (`pci_dev_get`), dropped
 /// on drop.
-pub(crate) struct PciDev(NonNull<sys::pci_dev>);
+pub(crate) struct PciDev(NonNull<bindings::pci_dev>);
 
 // SAFETY: a reference on a `struct pci_dev` may be held and dropped from any task.
 unsafe impl Send for PciDev {}
@@ -378,7 +378,7 @@ impl PciDev {
         NonNull::new(pdev).map(Self)
     }
 
-    pub(crate) fn as_ptr(&self) -> *mut sys::pci_dev {
+    pub(crate) fn as_ptr(&self) -> *mut bindings::pci_dev {
         self.0.as_ptr()
     }
 }
@@ -434,14 +434,14 @@ impl Drop for DebugfsDir {
 }
 
 /// A `fmt::Write` into a seq_file.
-struct SeqWriter(*mut sys::seq_file);
+struct SeqWriter(*mut bindings::seq_file);
 
 impl fmt::Write for SeqWriter {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         // SAFETY: `self.0` is the seq_file of the read in progress (see `peermem_seq_show`);
         // `seq_write` copies `s.len()` bytes from `s`, or marks the buffer overflowed (the read
         // is then retried with a larger one).
-        let rc = unsafe { sys::seq_write(self.0, s.as_ptr().cast(), s.len()) };
+        let rc = unsafe { bindings::seq_write(self.0, s.as_ptr().cast(), s.len()) };
         if rc == 0 {
             Ok(())
         } else {
@@ -458,7 +458,7 @@ impl fmt::Write for SeqWriter {
 /// read and `m->private`: the `i_private` [`DebugfsDir::new`] gave, a `&'static SeqShow`.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn peermem_seq_show(
-    m: *mut sys::seq_file,
+    m: *mut bindings::seq_file,
     data: *const c_void,
 ) -> c_int {
     // SAFETY: the function's contract: `data` is null or a `&'static SeqShow`.

@@ -283,7 +283,7 @@ impl PeerDevice {
         unsafe { kapi::PciDev::from_device(dev) }.map(Self)
     }
 
-    fn as_ptr(&self) -> *mut sys::pci_dev {
+    fn as_ptr(&self) -> *mut bindings::pci_dev {
         self.0.as_ptr()
     }
 }

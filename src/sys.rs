@@ -21,19 +21,7 @@
 mod generated {
     // Kernel types are blocklisted in bindgen.args and taken from the kernel crate instead.
     #[allow(unused_imports)]
-    use kernel::bindings::{device, scatterlist, sg_table, workqueue_struct};
-
-    /// Kernel structures the crate only handles by pointer (blocklisted in bindgen.args): opaque
-    /// here, so that they are the same type on every kernel whatever its kernel crate binds.
-    #[repr(C)]
-    pub struct pci_dev {
-        _opaque: [u8; 0],
-    }
-    /// See [`pci_dev`].
-    #[repr(C)]
-    pub struct seq_file {
-        _opaque: [u8; 0],
-    }
+    use kernel::bindings::{device, pci_dev, scatterlist, seq_file, sg_table, workqueue_struct};
 
     include!("../bindings/generated.rs");
 }
@@ -50,9 +38,8 @@ pub(crate) use generated::{
 #[cfg(peermem_persistent_api)]
 pub(crate) use generated::{nvidia_p2p_get_pages_persistent, nvidia_p2p_put_pages_persistent};
 pub(crate) use generated::{
-    pci_dev, pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create, peermem_debugfs_remove,
-    peermem_fsleep, peermem_log_lock, peermem_n_pins_lock, peermem_pci_dev_get, seq_file,
-    seq_write,
+    pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create, peermem_debugfs_remove,
+    peermem_fsleep, peermem_log_lock, peermem_n_pins_lock, peermem_pci_dev_get,
 };
 
 /// The ABI facts the rest of the crate relies on, checked when the module is compiled.
