@@ -72,8 +72,9 @@ pub(crate) struct PeerMemRs {
     _debugfs: DebugfsDir,
 }
 
-/// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line.
-static STATS_TEXT: SeqShow = SeqShow(|w| write!(w, "{}", stats::snapshot()));
+/// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line, and an empty line
+/// last, as the file had when kernel::debugfs wrote it (`writeln!` of the value).
+static STATS_TEXT: SeqShow = SeqShow(|w| writeln!(w, "{}", stats::snapshot()));
 
 /// The parameters, checked. Meanings as in nvidia-peermem.
 struct Params {
