@@ -96,15 +96,15 @@ pub(crate) fn eopnotsupp() -> Error {
 
 /// This module's descriptor (`THIS_MODULE`), from the `&'static ThisModule` module init is given;
 /// null before. Published with release ordering, read with acquire.
-static THIS_MODULE: AtomicPtr<bindings::module> = AtomicPtr::new(core::ptr::null_mut());
+static THIS_MODULE_PTR: AtomicPtr<bindings::module> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Records this module's descriptor. Called first thing in module init.
 pub(crate) fn set_this_module(module: &'static ThisModule) {
-    THIS_MODULE.store(module.as_ptr(), Ordering::Release);
+    THIS_MODULE_PTR.store(module.as_ptr(), Ordering::Release);
 }
 
 fn this_module() -> *mut bindings::module {
-    THIS_MODULE.load(Ordering::Acquire)
+    THIS_MODULE_PTR.load(Ordering::Acquire)
 }
 
 /// A reference on this module: it cannot be unloaded while one exists. Dropping the last one lets
