@@ -11,7 +11,9 @@
 //! every release has the API, and otherwise on functions every release's `kernel::bindings` has
 //! (`try_module_get`, `kset_find_obj`, `mutex_lock`, `get_current`, `ktime_get`, `seq_write`, ...),
 //! on our own bindgen output (`crate::sys`: `pci_dev_put`, which 6.12's lacks) or on the C shim
-//! (`bindings/shim.c`: macros and static inlines). Nothing in it, and nothing else in src/, names a kernel version.
+//! (`bindings/shim.c`: macros and static inlines). No code in src/ is keyed on a kernel version
+//! (no version `cfg`); the notes on what a release lacks are here (and, for `module!`'s input, at
+//! the crate root, where the macro is invoked).
 //!
 //! What the rest of the crate takes from the kernel crate directly is what every release has in
 //! the same form: `Arc`, `ArcBorrow`, `SpinLock`, `KBox`, `Opaque`, `workqueue::{Queue, Work,
@@ -202,7 +204,10 @@ impl Drop for WorkQueue {
     fn drop(&mut self) {
         WORK_QUEUE.store(core::ptr::null_mut(), Ordering::Release);
         // SAFETY: by the type invariant. `destroy_workqueue` drains the queue and waits for a
-        // running item to return. The owner guarantees that nothing queues an item any more.
+        // running item to return. Nothing queues an item any more: items are queued only for
+        // registrations, each registration holds a module reference (`ModuleRef`), and the owner
+        // (`module::PeerMemRs`) is dropped only in module exit, which the kernel runs only when no
+        // reference is left, and after its clients were unregistered (its field order).
         unsafe { bindings::destroy_workqueue(self.0.as_ptr()) };
     }
 }
@@ -230,11 +235,17 @@ pub(crate) enum SharedMutex {
 }
 
 impl SharedMutex {
+    // `addr_of_mut!` in `unsafe`, not `&raw mut`: taking an extern static's address became safe
+    // (and `&raw` appeared) in rustc 1.82, and 6.12 accepts rustc from 1.78; newer compilers call
+    // the `unsafe` unnecessary.
+    #[allow(unused_unsafe)]
     fn raw(self) -> *mut bindings::mutex {
         match self {
             // The shim's `struct mutex`, which bindgen sees as opaque bytes of its size.
-            Self::NPins => (&raw mut sys::peermem_n_pins_lock).cast(),
-            Self::Log => (&raw mut sys::peermem_log_lock).cast(),
+            // SAFETY: taking the address of an extern static reads nothing and makes no reference.
+            Self::NPins => unsafe { core::ptr::addr_of_mut!(sys::peermem_n_pins_lock) }.cast(),
+            // SAFETY: as above.
+            Self::Log => unsafe { core::ptr::addr_of_mut!(sys::peermem_log_lock) }.cast(),
         }
     }
 }
@@ -400,8 +411,9 @@ pub(crate) struct SeqShow(pub(crate) fn(&mut dyn fmt::Write) -> fmt::Result);
 ///
 /// # Invariants
 ///
-/// `0` is what `peermem_debugfs_create` returned: a directory, an `ERR_PTR` or null (no debugfs),
-/// all of which `debugfs_remove` accepts.
+/// `0` is what `peermem_debugfs_create` returned: a directory or an `ERR_PTR` (without
+/// CONFIG_DEBUG_FS, `debugfs_create_dir` returns `ERR_PTR(-ENODEV)`), both of which
+/// `debugfs_remove` accepts.
 pub(crate) struct DebugfsDir(*mut c_void);
 
 // SAFETY: a debugfs entry may be removed from any task.
@@ -428,7 +440,9 @@ impl Drop for DebugfsDir {
     fn drop(&mut self) {
         // SAFETY: by the type invariant. `debugfs_remove` waits for readers of the file that are
         // inside its file operations (fs/debugfs/inode.c: `__debugfs_file_removed`), and a file
-        // still open holds a module reference (`.owner = THIS_MODULE`), so no read outlives this.
+        // still open holds a module reference (debugfs's proxy open takes `fops_get` of our
+        // `.owner = THIS_MODULE` fops), so module exit, and this drop, cannot run while one is
+        // open: unloading is refused until it is closed.
         unsafe { sys::peermem_debugfs_remove(self.0) };
     }
 }

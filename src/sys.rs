@@ -53,10 +53,16 @@ const _: () = {
 };
 
 /// The module's version string (`MODULE_VERSION`), from the C shim.
+// The `unsafe` around `addr_of!` of an extern static is needed before rustc 1.82 (kapi.rs says why).
+#[allow(unused_unsafe)]
 pub(crate) fn version() -> &'static CStr {
+    // The C array is longer than its Rust declaration (`[c_char; 0]`, an extern array of unknown
+    // size): take the object's address rather than a pointer derived from a zero-length reference.
+    // SAFETY: taking the address of an extern static reads nothing and makes no reference.
+    let p = unsafe { core::ptr::addr_of!(generated::peermem_param_version) }.cast();
     // SAFETY: `peermem_param_version` is a NUL-terminated `const char[]` defined in bindings/shim.c;
     // it is immutable and lives as long as the module.
-    unsafe { kapi::cstr_from_ptr(generated::peermem_param_version.as_ptr()) }
+    unsafe { kapi::cstr_from_ptr(p) }
 }
 
 /// The values of the module parameters, declared in the C shim so that they appear read-only in

@@ -80,35 +80,42 @@ fn section<'a>(secs: &'a [Section<'a>], name: &str) -> Option<&'a Section<'a>> {
     secs.iter().find(|s| s.name == name.as_bytes())
 }
 
-/// The symbols a module imports with the CRC it recorded for each, as the loader checks them:
-/// `__versions`, then the extended sections for names it lacks. Empty for a module built without
-/// symbol versions.
+/// The symbols a module imports with the CRC it recorded for each, read as the loader reads them
+/// (kernel/module/version.c, check_version): the extended tables when the module has them (then
+/// they alone count), else `__versions`. Empty for a module built without symbol versions.
 pub fn imports(ko: &[u8]) -> Vec<(String, u32)> {
     let Some(secs) = sections(ko) else {
         return Vec::new();
     };
-    let mut out: Vec<(String, u32)> = Vec::new();
-    if let Some(v) = section(&secs, "__versions") {
-        for e in v.data.chunks_exact(64) {
-            let crc = u64::from_le_bytes(e[..8].try_into().unwrap_or([0; 8]));
-            let name = &e[8..];
-            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-            out.push((String::from_utf8_lossy(name).into_owned(), crc as u32));
-        }
-    }
     if let (Some(c), Some(n)) = (
         section(&secs, "__version_ext_crcs"),
         section(&secs, "__version_ext_names"),
     ) {
         let names = n.data.split(|&b| b == 0).filter(|s| !s.is_empty());
-        for (crc, name) in c.data.chunks_exact(4).zip(names) {
-            let name = String::from_utf8_lossy(name).into_owned();
-            if !out.iter().any(|(n, _)| *n == name) {
-                out.push((name, u32::from_le_bytes(crc.try_into().unwrap_or([0; 4]))));
-            }
-        }
+        return c
+            .data
+            .chunks_exact(4)
+            .zip(names)
+            .map(|(crc, name)| {
+                (
+                    String::from_utf8_lossy(name).into_owned(),
+                    u32::from_le_bytes(crc.try_into().unwrap_or([0; 4])),
+                )
+            })
+            .collect();
     }
-    out
+    let Some(v) = section(&secs, "__versions") else {
+        return Vec::new();
+    };
+    v.data
+        .chunks_exact(64)
+        .map(|e| {
+            let crc = u64::from_le_bytes(e[..8].try_into().unwrap_or([0; 8]));
+            let name = &e[8..];
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+            (String::from_utf8_lossy(name).into_owned(), crc as u32)
+        })
+        .collect()
 }
 
 /// The CRC `ko` exports `symbol` with (the value behind its `__crc_<symbol>`), or None when it does
