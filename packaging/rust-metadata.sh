@@ -11,7 +11,10 @@
 # the installed kernel or /lib/modules:
 #
 #   1. KDIR (default /lib/modules/RELEASE/build, RELEASE default `uname -r`) already has
-#      rust/libkernel.rmeta and rust/libmacros.so: nothing to do, KDIR is printed.
+#      rust/libkernel.rmeta and rust/libmacros.so: nothing to do, KDIR is printed. Where Ubuntu's
+#      linux-lib-rust-RELEASE is installed but KDIR/rust does not lead to it (its link dangles on
+#      kernels of another source package than "linux": HWE, OEM), a tree of links to KDIR's entries
+#      with rust/ leading to the installed package's is made in the cache and printed.
 #   2. Otherwise the kernel's exact Debian version comes from its headers (include/generated/
 #      utsversion.h: "Debian 7.3.4-1~bpo13+1"); its source is Debian's linux-source-X.Y package of
 #      exactly that version: --source FILE.deb, else the installed /usr/src/linux-source-X.Y.tar.xz
@@ -80,12 +83,47 @@ KREL=${KREL:-$krel_file}
 [ -z "$krel_file" ] || [ "$krel_file" = "$KREL" ] ||
     refuse "$KDIR is the kernel $krel_file, not $KREL"
 
+# --- 1b. Ubuntu's metadata behind a dangling link ------------------------------------------------
+# Ubuntu's linux-lib-rust-RELEASE installs the metadata in /usr/src/linux-lib-rust-RELEASE/rust and
+# its headers package links KDIR/rust to it. The packaging (debian/scripts/link-lib-rust) names that
+# link's target after the kernel's source package, so on kernels of another source package (HWE,
+# OEM: linux-hwe-6.17) it is ../linux-hwe-6.17-lib-rust-RELEASE/rust, which no package installs.
+# The module is then built against a tree of links: KDIR's entries, with rust/ the package's.
+LIB_RUST=${PEERMEM_SRC_TREE:-/usr/src}/linux-lib-rust-$KREL/rust
+if [ -e "$LIB_RUST/libkernel.rmeta" ] && [ -e "$LIB_RUST/libmacros.so" ]; then
+    # (Also where KDIR/rust is a directory without the metadata.) Made beside its place and moved
+    # there, so that a build running at the same time (DKMS's autoinstall and a manual one) never
+    # sees it half made.
+    linked=${PEERMEM_RUST_METADATA_CACHE:-${PEERMEM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/peermem-rs}/rust-metadata}/$KREL/linked
+    mkdir -p "${linked%/*}"
+    new=$(mktemp -d "$linked.XXXXXX")
+    for e in "$KDIR"/* "$KDIR"/.[!.]*; do
+        [ -e "$e" ] || [ -L "$e" ] || continue
+        [ "${e##*/}" = rust ] || ln -s "$e" "$new/"
+    done
+    ln -s "$LIB_RUST" "$new/rust"
+    chmod 755 "$new"
+    old=$(mktemp -d "$linked.old.XXXXXX")
+    [ ! -e "$linked" ] || mv -T "$linked" "$old/tree"
+    mv -T "$new" "$linked"
+    rm -rf "$old"
+    if [ -L "$KDIR/rust" ]; then how="links to $(readlink "$KDIR/rust"), which does not exist"; else how="is missing"; fi
+    say "$KDIR/rust $how; the kernel crate's metadata is in $LIB_RUST (linux-lib-rust-$KREL): building against $linked"
+    echo "$linked"
+    exit 0
+fi
+
 [ "$(kconf CONFIG_RUST)" = y ] || refuse "kernel $KREL was built without Rust support (CONFIG_RUST is not set in $conf)" \
     "No Rust module can be built for it (Debian's default 6.12 kernels are such kernels)."
 symvers=$KDIR/Module.symvers
 [ -s "$symvers" ] || refuse "no Module.symvers in $KDIR: nothing to verify regenerated metadata against"
 
-uts=$(sed -n 's/^#define UTS_VERSION "\(.*\)"/\1/p' "$KDIR/include/generated/utsversion.h" "$KDIR/include/generated/compile.h" 2>/dev/null | head -n1)
+if [ -L "$KDIR/rust" ] && [ ! -e "$KDIR/rust" ]; then
+    refuse "kernel $KREL has CONFIG_RUST=y, but its Rust metadata is missing: $KDIR/rust links to $(readlink "$KDIR/rust"), which does not exist" \
+        "Ubuntu: apt install linux-lib-rust-$KREL (it installs ${LIB_RUST%/rust}, which this build finds itself)"
+fi
+# (sed fails when one of the two is missing, which it may be: a missing version is said below.)
+uts=$( { sed -n 's/^#define UTS_VERSION "\(.*\)"/\1/p' "$KDIR/include/generated/utsversion.h" "$KDIR/include/generated/compile.h" 2>/dev/null || true; } | head -n1)
 case $uts in
     *Ubuntu*) refuse "kernel $KREL has CONFIG_RUST=y, but its Rust metadata is missing from $KDIR" \
         "Ubuntu ships it: apt install linux-lib-rust-$KREL" ;;

@@ -376,6 +376,25 @@ refusal "refused: CONFIG_RUST=y without the kernel's Rust metadata, naming linux
     "apt install linux-lib-rust-$KREL" \
     -- env FAKE_KDIR="$F" bash -c "$(declare -f configure); configure $N"
 
+# Ubuntu's HWE and OEM kernels: the headers' rust link is named after the source package
+# (../linux-hwe-7.3-lib-rust-RELEASE/rust) and dangles, while linux-lib-rust-RELEASE is installed.
+F=$T/kdir-ubuntu-hwe
+NO_RUST_META=1 fake_kdir "$F"
+rmdir "$F/rust"
+ln -s "../linux-hwe-7.3-lib-rust-$KREL/rust" "$F/rust"
+U=$T/ubuntu-src
+mkdir -p "$U/linux-lib-rust-$KREL"
+ln -s "$KDIR/rust" "$U/linux-lib-rust-$KREL/rust"
+check "rust-metadata: an Ubuntu HWE kernel whose rust link dangles is built against linux-lib-rust-RELEASE's metadata" \
+    bash -c "out=\$(PEERMEM_SRC_TREE=$U PEERMEM_RUST_METADATA_CACHE=$T/rmc $REPO/packaging/rust-metadata.sh --kdir $F --kernelrelease $KREL) &&
+        echo \$out && [ \$out = $T/rmc/$KREL/linked ] && [ \"\$(readlink \$out/rust)\" = $U/linux-lib-rust-$KREL/rust ] &&
+        [ -e \$out/rust/libkernel.rmeta ] && [ -e \$out/rust/libmacros.so ] && [ -e \$out/include/config/auto.conf ] &&
+        [ -e \$out/Module.symvers ]"
+refusal "rust-metadata: the same kernel without linux-lib-rust-RELEASE: refused, naming the dangling link and the package" \
+    "has CONFIG_RUST=y, but its Rust metadata is missing: $F/rust links to ../linux-hwe-7.3-lib-rust-$KREL/rust, which does not exist" \
+    "apt install linux-lib-rust-$KREL" \
+    -- env PEERMEM_SRC_TREE="$T/none" PEERMEM_RUST_METADATA_CACHE="$T/rmc" "$REPO/packaging/rust-metadata.sh" --kdir "$F" --kernelrelease "$KREL"
+
 # Through the Makefile: the build stops before compiling anything.
 N=$T/r8
 node "$N"
@@ -472,8 +491,8 @@ check "drop-in dkms: after the refusal, NVIDIA's module is untouched" test -f "$
 ln -s "$N/usr/share/dkms" /usr/share/dkms
 start=$(date +%s)
 check "drop-in dkms: make dkms-install (the drop-in by default) writes the override, and DKMS installs it and archives NVIDIA's" \
-    bash -c "${DKMS_MAKE[*]@Q} dkms-install | tee /dev/stderr |
-        grep -q 'Found pre-existing $VID/nvidia-peermem.ko, archiving for uninstallation' &&
+    bash -c "${DKMS_MAKE[*]@Q} dkms-install > $T/dropin-install.log 2>&1; rc=\$?; cat $T/dropin-install.log; [ \$rc = 0 ] &&
+        grep -q 'Found pre-existing $VID/nvidia-peermem.ko, archiving for uninstallation' $T/dropin-install.log &&
         [ \"\$(cat $N/usr/share/dkms/modules_to_force_install/peermem-rs)\" = peermem-rs_version-override ]"
 dropin_s=$(( $(date +%s) - start ))
 check "drop-in dkms: dkms.conf says PEERMEM_DROPIN=\"1\"; the build made nvidia-peermem.ko" \
@@ -518,6 +537,53 @@ check "dkms: make dkms-uninstall removes the module, its dkms entry, the sources
         [ ! -e $N/usr/share/dkms/modules_to_force_install/peermem-rs ] &&
         [ \"\$(modinfo -F version $KO)\" = $NV_VERSION ]"
 rm -f /usr/share/dkms
+
+# --- DKMS: an OFED upgrade rebuilds peermem-rs ---------------------------------------------------
+# MLNX_OFED's kernel modules as a DKMS package that dkms really adds, builds and installs
+# (mlnx-ofed-kernel): its build stands in for OFED's (its ib_core.ko is the host stand-in built for
+# the test kernel) and, as OFED's ofed_scripts/dkms_ofed_post_build.sh does, leaves its include/ and
+# Module.symvers in /usr/src/ofa_kernel/<arch>/<kernel>, where peermem-rs's configure step finds
+# them (dkms 3.x deletes the build directory itself). Upgrading it from 25.07 to 25.10 the way its
+# package scripts do (dkms remove, add, install) must make DKMS rebuild and reinstall peermem-rs
+# against 25.10 by itself: dkms.conf's BUILD_DEPENDS with BUILD_DEPENDS_REBUILD.
+N=$T/ofed-upgrade
+node "$N"
+D=$N/var/lib/dkms
+nvidia_src "$N"
+dkms_nvidia "$N"
+DK=(--dkmstree "$D" --sourcetree "$N/usr/src" --installtree "$N/lib/modules")
+# ofed_dkms_source VERSION: /usr/src/mlnx-ofed-kernel-VERSION with its dkms.conf and build script.
+ofed_dkms_source() {
+    local o=$N/usr/src/mlnx-ofed-kernel-$1
+    mkdir -p "$o"
+    ofed "$o"
+    printf '#!/bin/sh\nset -e\ncp %s ib_core.ko\nd=%s/usr/src/ofa_kernel/x86_64/$1\nrm -rf "$d"\nmkdir -p "$d"\ncp -r include Module.symvers "$d/"\necho %s > "$d/ofed-version"\n' \
+        "$STANDINS/peer_mem_host/peer_mem_host.ko" "$N" "$1" > "$o/build.sh"
+    printf 'PACKAGE_NAME=mlnx-ofed-kernel\nPACKAGE_VERSION=%s\nMAKE[0]="sh build.sh ${kernelver}"\nBUILT_MODULE_NAME[0]=ib_core\nDEST_MODULE_LOCATION[0]=/updates/dkms\nAUTOINSTALL=yes\n' "$1" > "$o/dkms.conf"
+}
+KO=$N/lib/modules/$KREL/updates/dkms/peermem_rs.ko
+ofed_dkms_source 25.07
+check "ofed upgrade: dkms add, build, install of mlnx-ofed-kernel 25.07 (headers to /usr/src/ofa_kernel/x86_64/$KREL)" \
+    bash -c "dkms add -m mlnx-ofed-kernel -v 25.07 ${DK[*]@Q} && dkms install -m mlnx-ofed-kernel -v 25.07 -k $KREL ${DK[*]@Q} &&
+        [ -f $N/lib/modules/$KREL/updates/dkms/ib_core.ko ] && [ -f $N/usr/src/ofa_kernel/x86_64/$KREL/include/rdma/peer_mem.h ]"
+check "ofed upgrade: make dkms-install DROPIN=0 builds peermem-rs against it (BUILD_DEPENDS recorded: 25.07)" \
+    bash -c "make -C $REPO DESTDIR=$N KDIR=$KDIR DKMS_ARGS='${DK[*]}' DROPIN=0 dkms-install &&
+        grep -q 'rdma/peer_mem.h in $N/usr/src/ofa_kernel/x86_64/$KREL/include' $D/peermem-rs/$VERSION/$KREL/x86_64/log/make.log &&
+        [ \"\$(cat $D/peermem-rs/$VERSION/$KREL/x86_64/.dep_mlnx-ofed-kernel)\" = 25.07 ] && [ -f $KO ]"
+before=$(stat -c %Y.%i "$KO" 2>/dev/null)
+sleep 1
+ofed_dkms_source 25.10
+start=$(date +%s)
+check "ofed upgrade: installing mlnx-ofed-kernel 25.10 makes DKMS rebuild and reinstall peermem-rs by itself" \
+    bash -c "dkms remove -m mlnx-ofed-kernel -v 25.07 --all ${DK[*]@Q} && dkms add -m mlnx-ofed-kernel -v 25.10 ${DK[*]@Q} &&
+        dkms install -m mlnx-ofed-kernel -v 25.10 -k $KREL ${DK[*]@Q} > $T/ofed-upgrade.log 2>&1; rc=\$?; cat $T/ofed-upgrade.log;
+        [ \$rc = 0 ] && grep -q 'Rebuilding module peermem-rs/$VERSION due to updated dependencies' $T/ofed-upgrade.log"
+upgrade_s=$(( $(date +%s) - start ))
+check "ofed upgrade: peermem-rs is installed again, built after the upgrade (BUILD_DEPENDS now 25.10)" \
+    bash -c "$(declare -f dstatus); D=$D N=$N; dstatus; cat $D/peermem-rs/$VERSION/$KREL/x86_64/.dep_mlnx-ofed-kernel; stat -c '%Y.%i (before: $before)' $KO
+        dstatus | grep -q 'peermem-rs/$VERSION, $KREL, x86_64: installed' &&
+        [ \"\$(cat $D/peermem-rs/$VERSION/$KREL/x86_64/.dep_mlnx-ofed-kernel)\" = 25.10 ] &&
+        [ -f $KO ] && [ \"\$(stat -c %Y.%i $KO)\" != '$before' ] && [ \"\$(cat $N/usr/src/ofa_kernel/x86_64/$KREL/ofed-version)\" = 25.10 ]"
 
 # --- make install (without DKMS) -------------------------------------------------------------------
 
@@ -619,10 +685,23 @@ fake_mod "$S" nvidia O
 fake_mod "$S" ib_core O
 ksym "$S" nvidia_p2p_get_pages nvidia
 ksym "$S" ib_register_peer_memory_client ib_core
-echo "[  3.1] peermem_rs: disagrees about version of symbol ib_register_peer_memory_client" > "$S/dmesg"
-check "explain: a stale build (CRC mismatch after an OFED or driver upgrade)" \
-    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out; grep -q '\[stale-build\] .*symbol ib_register_peer_memory_client' $S/out &&
-        grep -q 'dkms build --force' $S/out"
+printf '%s\n' "[  3.1] peermem_rs: disagrees about version of symbol ib_register_peer_memory_client" \
+    "[  3.1] peermem_rs: Unknown symbol ib_register_peer_memory_client (err -22)" > "$S/dmesg"
+mkdir -p "$S/proc/sys/kernel" && echo "$KREL" > "$S/proc/sys/kernel/osrelease"
+check "explain: a stale build from make install (CRC mismatch after an OFED upgrade): the provider and the rebuild" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out; grep -q '\[stale-build\] .*symbol version mismatch: ib_register_peer_memory_client (from the peer-memory host, MLNX_OFED/DOCA-OFED.s ib_core, loaded as ib_core)' $S/out &&
+        grep -qxF '    from the peermem-rs sources: make KDIR=/lib/modules/$KREL/build && make install' $S/out"
+mkdir -p "$S/var/lib/dkms/peermem-rs/$VERSION"
+printf '%s\n' "[  3.2] peermem_rs: disagrees about version of symbol nvidia_p2p_get_pages" \
+    "[  3.2] peermem_rs: Unknown symbol nvidia_p2p_get_pages (err -22)" >> "$S/dmesg"
+check "explain: a stale DKMS build (both providers changed): each symbol's provider, and DKMS's rebuild command for this version and kernel" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out; grep -q 'mismatch: ib_register_peer_memory_client (from the peer-memory host.*); nvidia_p2p_get_pages (from the NVIDIA driver, loaded as nvidia)' $S/out &&
+        grep -qxF '    dkms build --force -m peermem-rs -v $VERSION -k $KREL && dkms install --force -m peermem-rs -v $VERSION -k $KREL' $S/out"
+# A later attempt refused for another reason (here the symbol missing: err -2) ends the mismatch.
+printf '%s\n' "[  9.0] peermem_rs: Unknown symbol ib_register_peer_memory_client (err -2)" >> "$S/dmesg"
+check "explain: an older CRC mismatch, then a refusal for another reason: no stale-build" \
+    bash -c "PEERMEM_ROOT=$S $EX > $S/out; cat $S/out; ! grep -q stale-build $S/out"
+rm -r "$S/var/lib/dkms" "$S/proc/sys"
 fake_mod "$S" peermem_rs O
 echo "$VERSION" > "$S/sys/module/peermem_rs/version"
 mkdir -p "$S/sys/kernel/mm/memory_peers/nv_mem"
@@ -660,6 +739,6 @@ check "explain peermem_rs: NVIDIA's nvidia_peermem (the driver's version) holds 
         grep -q '\[client-name-taken\] NVIDIA.s nvidia_peermem is loaded and holds the client name nv_mem' $S/out &&
         grep -q 'rmmod nvidia_peermem' $S/out"
 
-echo "# dkms add+build+install ${dkms_s:-?} s, drop-in install ${dropin_s:-?} s, make install (build included) ${install_s:-?} s"
+echo "# dkms add+build+install ${dkms_s:-?} s, drop-in install ${dropin_s:-?} s, OFED upgrade with the rebuild ${upgrade_s:-?} s, make install (build included) ${install_s:-?} s"
 echo "1..$n"
 exit $failed
