@@ -8,6 +8,9 @@
 #
 # PEERMEM_KERNEL_FLAVOUR=bench builds the benchmark kernel instead: the same source and fragments with
 # tests/bench/kernel.config merged last (the debug options off), cached under its own key.
+# PEERMEM_KERNEL_FLAVOUR=ubuntu builds the Ubuntu-style kernel: the benchmark kernel's fragments, then
+# tests/vm/ubuntu.config (symbol versions with gendwarfksyms, an Ubuntu release string), with GCC
+# as Ubuntu builds its kernels; tests/infra/ubuntu-kernel.sh lays it out as Ubuntu's packages do.
 source "$(dirname "$0")/common.sh"
 need_root
 
@@ -23,9 +26,19 @@ FRAGMENTS=("$REPO_ROOT/tests/vm/vm.config" "$REPO_ROOT/tests/selftests/peermem/c
 case "${PEERMEM_KERNEL_FLAVOUR:-test}" in
     test) ;;
     bench) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config") ;;
-    *) die "PEERMEM_KERNEL_FLAVOUR is test or bench, not '$PEERMEM_KERNEL_FLAVOUR'" ;;
+    ubuntu) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config" "$REPO_ROOT/tests/vm/ubuntu.config") ;;
+    *) die "PEERMEM_KERNEL_FLAVOUR is test, bench or ubuntu, not '$PEERMEM_KERNEL_FLAVOUR'" ;;
 esac
+# The compiler: clang for the test kernel (RUST with KASAN needs it) and the benchmark kernel built
+# from the same config; GCC for the Ubuntu-style one. CC_ARGS is what every make of the tree gets.
+# GCC's version joins the cache key only where GCC builds the kernel.
 toolchain=$("$REPO_ROOT/tests/infra/in-root" bash -c 'clang-19 --version | head -1; rustc --version; bindgen --version')
+if [ "${PEERMEM_KERNEL_FLAVOUR:-test}" = ubuntu ]; then
+    CC_ARGS="CC=gcc HOSTCC=gcc"
+    toolchain+=" $CC_ARGS $("$REPO_ROOT/tests/infra/in-root" gcc --version | head -1)"
+else
+    CC_ARGS="LLVM=$LLVM_SUFFIX"
+fi
 key=$( { cat "$KSRC_PKG/.version"; cat "${FRAGMENTS[@]}"; echo "$toolchain"; } | sha256sum | cut -c1-16)
 KDIR=$CACHE_WORK/kernel/$key
 
@@ -52,8 +65,9 @@ start=$(date +%s)
 jobs=${PEERMEM_JOBS:-$(( $(nproc) + 1 ))}
 "$REPO_ROOT/tests/infra/in-root" bash -c '
     set -euo pipefail
-    ksrc=$1; kdir=$2; jobs=$3; shift 3
-    mk() { make -s -C "$ksrc" O="$kdir" LLVM=-19 "$@"; }
+    ksrc=$1; kdir=$2; jobs=$3; cc_args=$4; shift 4
+    # shellcheck disable=SC2086 # cc_args is a list of make variables
+    mk() { make -s -C "$ksrc" O="$kdir" $cc_args "$@"; }
     mk tinyconfig >/dev/null
     "$ksrc/scripts/kconfig/merge_config.sh" -m -O "$kdir" "$kdir/.config" "$@" >/dev/null
     mk olddefconfig >/dev/null
@@ -81,9 +95,10 @@ jobs=${PEERMEM_JOBS:-$(( $(nproc) + 1 ))}
     done
     [ $bad = 0 ] || { echo "the kernel config fragments did not apply; see above" >&2; exit 1; }
     [ -n "${PEERMEM_CONFIG_ONLY:-}" ] && exit 0
-    make -C "$ksrc" O="$kdir" LLVM=-19 -j"$jobs" all >"$kdir/build.log" 2>&1 ||
+    # shellcheck disable=SC2086
+    make -C "$ksrc" O="$kdir" $cc_args -j"$jobs" all >"$kdir/build.log" 2>&1 ||
         { tail -40 "$kdir/build.log" >&2; echo "kernel build failed; log: $kdir/build.log" >&2; exit 1; }
-' build-kernel "$KSRC" "$KDIR" "$jobs" "${FRAGMENTS[@]}" >&2
+' build-kernel "$KSRC" "$KDIR" "$jobs" "$CC_ARGS" "${FRAGMENTS[@]}" >&2
 [ -n "${PEERMEM_CONFIG_ONLY:-}" ] && { echo "$KDIR"; exit 0; }
 log "kernel built in $(( $(date +%s) - start )) s"
 touch "$KDIR/.peermem-built"

@@ -11,11 +11,12 @@
 source "$(dirname "$0")/common.sh"
 need_root
 
+# libdw-dev: scripts/gendwarfksyms, which computes the symbol versions of the Ubuntu-style kernel.
 ROOT_PACKAGES=(
     clang-19 lld-19 llvm-19 libclang-19-dev rustc rust-src bindgen
     make flex bison bc libelf-dev libssl-dev cpio kmod xz-utils zstd lz4
     gcc libc6-dev python3 busybox-static qemu-system-x86 ca-certificates
-    dkms rsync rustfmt rust-clippy
+    dkms rsync rustfmt rust-clippy libdw-dev
 )
 # Source packages unpacked into the cache: name and suite.
 SOURCE_PACKAGES=(
@@ -107,11 +108,12 @@ for entry in "${SOURCE_PACKAGES[@]}"; do
 done
 
 # Debian's stock kernels that VM variants boot (tests/vm/topology.toml [kernels]): their packages of
-# exactly the version named there.
+# exactly the version named there. (The Ubuntu-style kernel, version "ubuntu", is built by the run.)
 python3 -c '
 import sys, tomllib
 for k in tomllib.load(open(sys.argv[1], "rb")).get("kernels", {}).values():
-    print(k["release"], k["version"])' "$REPO_ROOT/tests/vm/topology.toml" |
+    if k["version"] != "ubuntu":
+        print(k["release"], k["version"])' "$REPO_ROOT/tests/vm/topology.toml" |
 while read -r rel ver; do
     "$REPO_ROOT/tests/infra/stock-kernel.sh" fetch "$rel" "$ver"
 done

@@ -53,7 +53,7 @@ def topology():
 
 
 def stock_kernel(variant_name):
-    """The [kernels] entry a variant boots ({release, version, suite}), or None for the test kernel."""
+    """The [kernels] entry a variant boots ({release, version, ...}), or None for the test kernel."""
     topo = topology()
     name = topo["variants"][variant_name].get("kernel")
     return topo["kernels"][name] if name else None
@@ -61,7 +61,8 @@ def stock_kernel(variant_name):
 
 def kernel_image(variant_name, kdir):
     """The kernel QEMU boots for a variant: the test kernel's bzImage, or a stock kernel's image as
-    its package ships it (tests/infra/stock-kernel.sh fetch unpacks it)."""
+    its package ships it (tests/infra/stock-kernel.sh fetch unpacks it; for the Ubuntu-style kernel,
+    stock-kernel.sh build puts its bzImage in the same place)."""
     stock = stock_kernel(variant_name)
     if stock is None:
         return kdir / "arch/x86/boot/bzImage"
