@@ -86,8 +86,10 @@ pub fn modinfo_license(ko: &[u8]) -> Option<String> {
     modinfo(ko, "license")
 }
 
-/// The module file of `module` for the running kernel, from modules.dep, and its bytes; None for a
-/// compressed one (.ko.zst, .ko.xz), which would need a decompressor.
+/// The module file of `module` for the running kernel, from modules.dep, and its bytes. A compressed
+/// one (.ko.zst, as Ubuntu's and DKMS's on Ubuntu; .ko.xz, as Debian's; .ko.gz) is read through the
+/// decompressor kmod would use, run as a command (the tool links no library); without that command,
+/// None.
 pub fn installed_module_file(fs: &Fs, module: &str) -> Option<(String, Vec<u8>)> {
     let release = fs.read("/proc/sys/kernel/osrelease")?;
     let base = format!("/lib/modules/{release}");
@@ -104,10 +106,32 @@ pub fn installed_module_file(fs: &Fs, module: &str) -> Option<(String, Vec<u8>)>
     } else {
         format!("{base}/{file}")
     };
-    if !abs.ends_with(".ko") {
+    let tool = if abs.ends_with(".ko") {
+        None
+    } else if abs.ends_with(".ko.zst") {
+        Some("zstd")
+    } else if abs.ends_with(".ko.xz") {
+        Some("xz")
+    } else if abs.ends_with(".ko.gz") {
+        Some("gzip")
+    } else {
         return None;
-    }
-    let bytes = fs.read_bytes(&abs).ok()?;
+    };
+    let bytes = match tool {
+        None => fs.read_bytes(&abs).ok()?,
+        Some(tool) => {
+            let out = std::process::Command::new(tool)
+                .args(["-dc", "--"])
+                .arg(fs.path(&abs))
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()?;
+            if !out.status.success() {
+                return None;
+            }
+            out.stdout
+        }
+    };
     Some((abs, bytes))
 }
 

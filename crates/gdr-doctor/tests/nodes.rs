@@ -840,6 +840,54 @@ fn stale_build_after_an_ofed_upgrade() {
         r["node_findings"]
     );
 
+    // As DKMS installs them on Ubuntu (CONFIG_MODULE_COMPRESS_ZSTD): compressed, read through zstd.
+    if std::process::Command::new("zstd")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let dep = fx
+            .read(&format!("{lib}/modules.dep"))
+            .replace(".ko", ".ko.zst");
+        fx.write(&format!("{lib}/modules.dep"), dep);
+        for m in ["peermem_rs", "ib_core"] {
+            let ko = fx.root.join(format!("{}/updates/dkms/{m}.ko", &lib[1..]));
+            let st = std::process::Command::new("zstd")
+                .args(["-q", "--rm", "-f"])
+                .arg(&ko)
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let (_, r) = fx.json(&[]);
+        let f = find(&r["node_findings"], "stale-build");
+        assert!(
+            f["message"]
+                .as_str()
+                .unwrap()
+                .contains("peermem_rs.ko.zst)"),
+            "{f}"
+        );
+        // Back to plain files for the rest.
+        for m in ["peermem_rs", "ib_core"] {
+            let ko = fx
+                .root
+                .join(format!("{}/updates/dkms/{m}.ko.zst", &lib[1..]));
+            assert!(std::process::Command::new("zstd")
+                .args(["-dq", "--rm", "-f"])
+                .arg(&ko)
+                .status()
+                .unwrap()
+                .success());
+        }
+        let dep = fx
+            .read(&format!("{lib}/modules.dep"))
+            .replace(".ko.zst", ".ko");
+        fx.write(&format!("{lib}/modules.dep"), dep);
+    } else {
+        eprintln!("not applicable here: no zstd command, the compressed case is not checked");
+    }
+
     // Rebuilt against the installed ib_core: the CRCs agree.
     fx.write(
         &format!("{lib}/updates/dkms/ib_core.ko"),
