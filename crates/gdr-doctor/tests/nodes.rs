@@ -841,48 +841,33 @@ fn stale_build_after_an_ofed_upgrade() {
     );
 
     // As DKMS installs them on Ubuntu (CONFIG_MODULE_COMPRESS_ZSTD): compressed, read through zstd.
+    // zstd_all(ARGS, SUFFIX): zstd ARGS on both module files (named with SUFFIX), which it replaces.
+    let zstd_all = |args: &[&str], suffix: &str| {
+        for m in ["peermem_rs", "ib_core"] {
+            let ko = fx
+                .root
+                .join(format!("{}/updates/dkms/{m}{suffix}", &lib[1..]));
+            let st = std::process::Command::new("zstd")
+                .args(args)
+                .arg(&ko)
+                .status();
+            assert!(st.unwrap().success(), "zstd {args:?} {}", ko.display());
+        }
+    };
     if std::process::Command::new("zstd")
         .arg("--version")
         .output()
         .is_ok()
     {
-        let dep = fx
-            .read(&format!("{lib}/modules.dep"))
-            .replace(".ko", ".ko.zst");
-        fx.write(&format!("{lib}/modules.dep"), dep);
-        for m in ["peermem_rs", "ib_core"] {
-            let ko = fx.root.join(format!("{}/updates/dkms/{m}.ko", &lib[1..]));
-            let st = std::process::Command::new("zstd")
-                .args(["-q", "--rm", "-f"])
-                .arg(&ko)
-                .status()
-                .unwrap();
-            assert!(st.success());
-        }
+        let dep = fx.read(&format!("{lib}/modules.dep"));
+        fx.write(&format!("{lib}/modules.dep"), dep.replace(".ko", ".ko.zst"));
+        zstd_all(&["-q", "--rm", "-f"], ".ko");
         let (_, r) = fx.json(&[]);
         let f = find(&r["node_findings"], "stale-build");
-        assert!(
-            f["message"]
-                .as_str()
-                .unwrap()
-                .contains("peermem_rs.ko.zst)"),
-            "{f}"
-        );
+        let msg = f["message"].as_str().unwrap();
+        assert!(msg.contains("peermem_rs.ko.zst)"), "{f}");
         // Back to plain files for the rest.
-        for m in ["peermem_rs", "ib_core"] {
-            let ko = fx
-                .root
-                .join(format!("{}/updates/dkms/{m}.ko.zst", &lib[1..]));
-            assert!(std::process::Command::new("zstd")
-                .args(["-dq", "--rm", "-f"])
-                .arg(&ko)
-                .status()
-                .unwrap()
-                .success());
-        }
-        let dep = fx
-            .read(&format!("{lib}/modules.dep"))
-            .replace(".ko.zst", ".ko");
+        zstd_all(&["-dq", "--rm", "-f"], ".ko.zst");
         fx.write(&format!("{lib}/modules.dep"), dep);
     } else {
         eprintln!("not applicable here: no zstd command, the compressed case is not checked");
