@@ -10,30 +10,36 @@
 # tests/bench/kernel.config merged last (the debug options off), cached under its own key.
 # PEERMEM_KERNEL_FLAVOUR=ubuntu builds the Ubuntu-style kernel: the benchmark kernel's fragments, then
 # tests/vm/ubuntu.config (symbol versions with gendwarfksyms, an Ubuntu release string), with GCC
-# as Ubuntu builds its kernels; tests/infra/ubuntu-kernel.sh lays it out as Ubuntu's packages do.
+# as Ubuntu builds its kernels; tests/infra/stock-kernel.sh lays it out as Ubuntu's packages do.
+# PEERMEM_KERNEL_FLAVOUR=lts-6.12 builds the test kernel's config, debug options included, from
+# Debian's linux-source-6.12 instead (Linux 6.12 LTS, the oldest kernel src/kapi.rs covers), with
+# tests/vm/lts-6.12.config last (what 6.12 needs for Rust: no symbol versions).
 source "$(dirname "$0")/common.sh"
 need_root
 
-KSRC_PKG=$CACHE_WORK/src/linux-source-7.3
-[ -f "$KSRC_PKG/.version" ] || die "no kernel source in the cache; run tests/infra/setup-toolchain.sh"
-KSRC=$KSRC_PKG/linux-source-7.3
-if [ ! -f "$KSRC/Makefile" ]; then
-    log "unpacking $(basename "$KSRC_PKG"/usr/src/linux-source-7.3.tar.*)"
-    tar -xf "$KSRC_PKG"/usr/src/linux-source-7.3.tar.* -C "$KSRC_PKG"
-fi
-
+FLAVOUR=${PEERMEM_KERNEL_FLAVOUR:-test}
+SERIES=7.3
 FRAGMENTS=("$REPO_ROOT/tests/vm/vm.config" "$REPO_ROOT/tests/selftests/peermem/config")
-case "${PEERMEM_KERNEL_FLAVOUR:-test}" in
+case "$FLAVOUR" in
     test) ;;
     bench) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config") ;;
     ubuntu) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config" "$REPO_ROOT/tests/vm/ubuntu.config") ;;
-    *) die "PEERMEM_KERNEL_FLAVOUR is test, bench or ubuntu, not '$PEERMEM_KERNEL_FLAVOUR'" ;;
+    lts-6.12) SERIES=6.12; FRAGMENTS+=("$REPO_ROOT/tests/vm/lts-6.12.config") ;;
+    *) die "PEERMEM_KERNEL_FLAVOUR is test, bench, ubuntu or lts-6.12, not '$FLAVOUR'" ;;
 esac
+
+KSRC_PKG=$CACHE_WORK/src/linux-source-$SERIES
+[ -f "$KSRC_PKG/.version" ] || die "no linux-source-$SERIES in the cache; run tests/infra/setup-toolchain.sh"
+KSRC=$KSRC_PKG/linux-source-$SERIES
+if [ ! -f "$KSRC/Makefile" ]; then
+    log "unpacking $(basename "$KSRC_PKG"/usr/src/linux-source-$SERIES.tar.*)"
+    tar -xf "$KSRC_PKG"/usr/src/linux-source-$SERIES.tar.* -C "$KSRC_PKG"
+fi
 # The compiler: clang for the test kernel (RUST with KASAN needs it) and the benchmark kernel built
 # from the same config; GCC for the Ubuntu-style one. CC_ARGS is what every make of the tree gets.
 # GCC's version joins the cache key only where GCC builds the kernel.
 toolchain=$("$REPO_ROOT/tests/infra/in-root" bash -c 'clang-19 --version | head -1; rustc --version; bindgen --version')
-if [ "${PEERMEM_KERNEL_FLAVOUR:-test}" = ubuntu ]; then
+if [ "$FLAVOUR" = ubuntu ]; then
     CC_ARGS="CC=gcc HOSTCC=gcc"
     toolchain+=" $CC_ARGS $("$REPO_ROOT/tests/infra/in-root" gcc --version | head -1)"
 else

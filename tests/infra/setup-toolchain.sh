@@ -21,6 +21,7 @@ ROOT_PACKAGES=(
 # Source packages unpacked into the cache: name and suite.
 SOURCE_PACKAGES=(
     "linux-source-7.3 trixie-backports"
+    "linux-source-6.12 trixie"
     "nvidia-open-kernel-source trixie"
     "nvidia-tesla-535-kernel-source trixie"
     "nvidia-tesla-470-kernel-source sid"
@@ -108,11 +109,12 @@ for entry in "${SOURCE_PACKAGES[@]}"; do
 done
 
 # Debian's stock kernels that VM variants boot (tests/vm/topology.toml [kernels]): their packages of
-# exactly the version named there. (The Ubuntu-style kernel, version "ubuntu", is built by the run.)
+# exactly the version named there. (The Ubuntu-style kernel, version "ubuntu", and Linux 6.12 LTS,
+# version "built", are built by the run.)
 python3 -c '
 import sys, tomllib
 for k in tomllib.load(open(sys.argv[1], "rb")).get("kernels", {}).values():
-    if k["version"] != "ubuntu":
+    if k["version"] not in ("ubuntu", "built"):
         print(k["release"], k["version"])' "$REPO_ROOT/tests/vm/topology.toml" |
 while read -r rel ver; do
     "$REPO_ROOT/tests/infra/stock-kernel.sh" fetch "$rel" "$ver"

@@ -5,6 +5,9 @@
 #   tests/infra/stock-kernel.sh fetch RELEASE VERSION      (tests/infra/setup-toolchain.sh runs it)
 #   tests/infra/stock-kernel.sh build RELEASE VERSION OUT  (tests/run_tests.py, per run)
 #   tests/infra/stock-kernel.sh build RELEASE ubuntu OUT   (the same for the Ubuntu-style kernel)
+#   PEERMEM_KERNEL_FLAVOUR=F tests/infra/stock-kernel.sh build RELEASE built OUT
+#                                                          (the same for a kernel built here, Linux
+#                                                          6.12 LTS: build-kernel.sh's flavour F)
 #
 # fetch: `apt-get download` (the build root's own apt configuration; nothing is installed, the host's
 #   apt sources are untouched) of the kernel's Debian packages of exactly VERSION into
@@ -50,6 +53,12 @@
 #                       CRC (an OFED upgrade that peermem-rs was not rebuilt for)
 #   OUT/modules/packaging/ofed-next/peermem_rs.ko      peermem-rs as the rebuild command
 #                       peermem-rs-explain names (dkms build --force) builds it after that upgrade
+#
+# VERSION "built": the kernel is tests/infra/build-kernel.sh's PEERMEM_KERNEL_FLAVOUR build (Linux
+# 6.12 LTS with the test kernel's debug options, built with clang), installed as an operator who
+# builds a kernel installs it: `make modules_install`, which leaves /lib/modules/RELEASE/build
+# linked to the build tree, where the kernel crate's metadata (rust/) already is. Every module
+# build for it passes the clang it was built with (LLVM=-19); DKMS's gets it from configure.sh.
 source "$(dirname "$0")/common.sh"
 need_root
 
@@ -60,6 +69,11 @@ ABI=${REL%-*}                                   # 7.3.4+deb13, Ubuntu's 7.3.4-1
 SERIES=$(echo "${VER%%-*}" | cut -d. -f1,2)     # 7.3
 KIND=debian
 [ "$VER" = ubuntu ] && KIND=ubuntu
+[ "$VER" = built ] && KIND=built
+# What every make of a module for the kernel gets: a kernel built here with clang needs the same
+# clang; the others' headers name their compiler (Debian's .kernelvariables) or use the default gcc.
+KMAKE_CC=
+[ "$KIND" = built ] && KMAKE_CC=LLVM=$LLVM_SUFFIX
 DEBS=$CACHE_WORK/debs/stock-$REL
 S=$CACHE_WORK/stock/$REL
 IN_ROOT=$REPO_ROOT/tests/infra/in-root
@@ -164,10 +178,25 @@ ubuntu_packages() {
     echo "$kdir" > "$S/.packaged"
 }
 
+# built_kernel: the kernel of build-kernel.sh's PEERMEM_KERNEL_FLAVOUR (built once, cached); sets
+# BUILT_KDIR, and checks that its release is RELEASE.
+built_kernel() {
+    [ -n "${PEERMEM_KERNEL_FLAVOUR:-}" ] || die "version built needs PEERMEM_KERNEL_FLAVOUR (tests/infra/build-kernel.sh)"
+    BUILT_KDIR=$("$REPO_ROOT/tests/infra/build-kernel.sh") || die "building the $PEERMEM_KERNEL_FLAVOUR kernel failed"
+    mkdir -p "$S"
+    [ "$(cat "$BUILT_KDIR/include/config/kernel.release")" = "$REL" ] ||
+        die "the $PEERMEM_KERNEL_FLAVOUR kernel is $(cat "$BUILT_KDIR/include/config/kernel.release"), not $REL"
+}
+
 build() {
     local out=${1:?usage: $0 build RELEASE VERSION OUT}
-    if [ "$KIND" = ubuntu ]; then ubuntu_packages; else fetch; fi
+    case $KIND in
+        ubuntu) ubuntu_packages ;;
+        built) built_kernel ;;
+        *) fetch ;;
+    esac
     local kdir=/usr/src/linux-headers-$REL
+    [ "$KIND" = built ] && kdir=/lib/modules/$REL/build
     local nv_open=$CACHE_WORK/src/nvidia-open-kernel-source/modules/nvidia-open-kernel
     local inc=$REPO_ROOT/tests/standins/include
     local version
@@ -204,6 +233,18 @@ build() {
             grep -E "^CONFIG_(CC_VERSION_TEXT|MODVERSIONS|GENDWARFKSYMS|EXTENDED_MODVERSIONS|RUSTC_VERSION_TEXT)=" "/lib/modules/$rel/build/.config" >&2
             echo "rust: $(readlink "/lib/modules/$rel/build/rust"); compilers: rustc-$rv, bindgen-$bv" >&2
         ' ubuntu-install "$REL" "$S/pkgs" >&2 || die "installing the layout of $REL failed"
+    elif [ "$KIND" = built ]; then
+        log "$REL: make modules_install of the kernel built in $BUILT_KDIR, in an overlay root"
+        "$IN_ROOT" bash -c '
+            set -euo pipefail
+            kdir=$1; rel=$2; cc=$3
+            make -s -C "$kdir" $cc modules_install
+            [ "$(readlink -f "/lib/modules/$rel/build")" = "$kdir" ] ||
+                { echo "modules_install left no /lib/modules/$rel/build link to $kdir" >&2; exit 1; }
+            [ -f "/lib/modules/$rel/modules.dep" ] && [ -f "/lib/modules/$rel/build/rust/libkernel.rmeta" ] ||
+                { echo "no modules.dep or rust/libkernel.rmeta for $rel after modules_install" >&2; exit 1; }
+            grep -E "^CONFIG_(CC_VERSION_TEXT|RUSTC_VERSION_TEXT|MODVERSIONS|KASAN)=" "/lib/modules/$rel/build/.config" >&2
+        ' built-install "$BUILT_KDIR" "$REL" "$KMAKE_CC" >&2 || die "installing the modules of $REL failed"
     else
         log "$REL: apt install of its headers and modules packages, in an overlay root"
         "$IN_ROOT" bash -c '
@@ -232,15 +273,15 @@ build() {
     local standins
     standins=$(sed -n 's/^STANDINS := //p' "$REPO_ROOT/Makefile")
     "$IN_ROOT" bash -c '
-        set -e; kdir=$1; b=$2; inc=$3; nv=$4; shift 4
+        set -e; kdir=$1; b=$2; inc=$3; nv=$4; cc=$5; shift 5
         syms=""
         for s in "$@"; do
             [ -f "$b/standins/$s/Kbuild" ] || continue
-            make -s -C "$kdir" M="$b/standins/$s" PEER_MEM_INC="$inc" NVIDIA_SRC="$nv" KBUILD_EXTRA_SYMBOLS="$syms" modules
+            make -s -C "$kdir" $cc M="$b/standins/$s" PEER_MEM_INC="$inc" NVIDIA_SRC="$nv" KBUILD_EXTRA_SYMBOLS="$syms" modules
             syms="$syms $b/standins/$s/Module.symvers"
         done
-        make -s -C "$kdir" M="$b/proprietary_nvidia" NVIDIA_SRC="$nv" modules
-    ' stock-standins "$kdir" "$out/build" "$inc" "$nv_open/nvidia" $standins >&2 ||
+        make -s -C "$kdir" $cc M="$b/proprietary_nvidia" NVIDIA_SRC="$nv" modules
+    ' stock-standins "$kdir" "$out/build" "$inc" "$nv_open/nvidia" "$KMAKE_CC" $standins >&2 ||
         die "building the stand-ins for $REL failed"
     cp "$out"/build/standins/*/*.ko "$out/modules/"
     cp "$out/build/proprietary_nvidia/nvidia.ko" "$out/modules/packaging/nvidia.ko"
@@ -267,8 +308,8 @@ build() {
             die "the next OFED's ib_register_peer_memory_client must carry another, non-zero CRC ($crc_old, $crc_new)"
         cp "$next/peer_mem_host/peer_mem_host.ko" "$out/modules/packaging/ofed-next/"
     fi
-    "$REPO_ROOT/tests/reference/build-nvidia-peermem.sh" --kdir "$kdir" --standins "$out/build/standins" \
-        --out "$out/build/reference" "$out/modules" >/dev/null
+    "$REPO_ROOT/tests/reference/build-nvidia-peermem.sh" --kdir "$kdir" ${KMAKE_CC:+--make-arg "$KMAKE_CC"} \
+        --standins "$out/build/standins" --out "$out/build/reference" "$out/modules" >/dev/null
 
     # 3. The NVIDIA driver and MLNX_OFED as their packages lay them out: the open-module source in
     #    /usr/src/nvidia-<version> with the DKMS tree of its build, the OFED kernel headers in

@@ -5,10 +5,11 @@
 # that differential tests compare peermem-rs with, and the proof that the stand-ins are ABI-faithful.
 #
 #   tests/reference/build-nvidia-peermem.sh [DEST_DIR]      (after `make standins`)
-#   tests/reference/build-nvidia-peermem.sh --kdir KDIR --standins DIR --out DIR [DEST_DIR]
+#   tests/reference/build-nvidia-peermem.sh --kdir KDIR [--make-arg ARG] --standins DIR --out DIR [DEST_DIR]
 #
 # The second form builds it for another kernel (tests/infra/stock-kernel.sh: a Debian kernel's
-# headers, with the compiler its .kernelvariables names) against stand-ins built for that kernel in
+# headers, with the compiler its .kernelvariables names, or a kernel built here with the make
+# argument that names its compiler, LLVM=-19) against stand-ins built for that kernel in
 # DIR/<stand-in>/.
 #
 # The source is nvidia-peermem.c of Debian's nvidia-open-kernel-source 550 in the cache. It is never
@@ -27,9 +28,11 @@ PEER_MEM_INC=${PEER_MEM_INC:-$REPO_ROOT/tests/standins/include}
 OUT=$REPO_ROOT/.build/reference/nvidia-peermem
 STANDINS=$REPO_ROOT/tests/standins
 KDIR=
+kmake_args=()
 while [ $# -gt 0 ]; do
     case $1 in
         --kdir) KDIR=$2; shift 2 ;;
+        --make-arg) kmake_args+=("$2"); shift 2 ;;
         --standins) STANDINS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         *) break ;;
@@ -52,7 +55,6 @@ for s in nvidia_p2p peer_mem_host; do
 done
 
 # The test kernel is built with clang; another kernel's headers name their own compiler.
-kmake_args=()
 if [ -z "$KDIR" ]; then
     KDIR=$("$REPO_ROOT/tests/infra/build-kernel.sh")
     kmake_args=(LLVM="$LLVM_SUFFIX")
