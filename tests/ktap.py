@@ -45,6 +45,18 @@ class Case:
         return p, f, k
 
 
+def print_checks(results, prefix):
+    """Print a host script's checks as KTAP and return its exit status. `results` holds
+    (ok, description, why) triples; `why` (any number of lines) is printed only for a failure."""
+    print("TAP version 13")
+    print(f"1..{len(results)}")
+    for i, (ok, desc, why) in enumerate(results, 1):
+        print(f"{'ok' if ok else 'not ok'} {i} {prefix}: {desc}")
+        if not ok:
+            print("\n".join("# " + line for line in str(why).splitlines()))
+    return 0 if all(ok for ok, _, _ in results) else 1
+
+
 def status_of(word, directive):
     if word == "not ok":
         return "fail"

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "vm"))
 sys.path.insert(0, str(Path(__file__).resolve().parent / "demo"))
 
+import baseline  # noqa: E402
 import ktap  # noqa: E402
 import vm    # noqa: E402
 
@@ -43,6 +44,8 @@ KEEP_RUNS = 6
 
 def new_run_dir():
     RUN.mkdir(parents=True, exist_ok=True)
+    # What the run measured: the reports made from it (docs/) name it.
+    (RUN / "source").write_text(vm.source_state() + "\n")
     latest = BUILD / "latest"
     tmp = BUILD / f".latest-{os.getpid()}"
     tmp.unlink(missing_ok=True)
@@ -57,9 +60,10 @@ def new_run_dir():
 # `variants` file next to its Makefile, one per line; without one it runs in "switch" only. A line
 # `variant: test ...` runs only those tests there: the ones that topology can tell anything new.
 # stock-7.3 and stock-7.2 boot Debian's stock kernels instead of the test kernel, ubuntu-7.3 the
-# Ubuntu-style kernel (topology.toml [kernels]); ubuntu-7.3 comes second so that its build
-# (stock_payload; on a cold cache the kernel itself) overlaps the switch boot.
-VARIANT_ORDER = ["switch", "ubuntu-7.3", "stock-7.3", "switch-iommu", "split", "stock-7.2"]
+# Ubuntu-style kernel, lts-6.12 Linux 6.12 LTS built with the test kernel's debug options
+# (topology.toml [kernels]); ubuntu-7.3 and lts-6.12 come second and third so that their builds
+# (stock_payload; on a cold cache the kernels themselves) overlap the switch boot.
+VARIANT_ORDER = ["switch", "ubuntu-7.3", "lts-6.12", "stock-7.3", "switch-iommu", "split", "stock-7.2"]
 
 
 def boots():
@@ -133,6 +137,10 @@ def collection_tests(collection, ksrc):
     return [line.split(":", 1)[1] for line in out.splitlines() if ":" in line]
 
 
+CARGO_GROUP = "host: cargo test --workspace"
+PACKAGING_GROUP = "host: packaging (configure, dkms, make install)"
+
+
 def cargo_group():
     log("cargo test --workspace")
     start = time.monotonic()
@@ -144,8 +152,7 @@ def cargo_group():
                                output=res.stdout.splitlines()[-40:]))
     if not cases:
         cases.append(ktap.Case("cargo test", "fail", reason="no tests ran", output=res.stdout.splitlines()[-40:]))
-    return ktap.Group("host: cargo test --workspace",
-                      [f"host: cargo test --workspace ({time.monotonic() - start:.1f} s)"], cases)
+    return ktap.Group(CARGO_GROUP, [f"{CARGO_GROUP} ({time.monotonic() - start:.1f} s)"], cases)
 
 
 def script_group(name, script):
@@ -165,7 +172,7 @@ def packaging_group(kdir):
     """The host-side packaging tests: configure.sh's discovery and refusals, a real dkms run, make
     install (tests/packaging/host_tests.sh, in the build root). They also leave in the payload what
     the packaging kselftests load (modules/packaging/)."""
-    name = "host: packaging (configure, dkms, make install)"
+    name = PACKAGING_GROUP
     log(name)
     start = time.monotonic()
     res = subprocess.run([str(REPO / "tests/infra/in-root"), str(REPO / "tests/packaging/host_tests.sh"),
@@ -182,6 +189,9 @@ def packaging_group(kdir):
 # Host-side test scripts that print KTAP, run after the build.
 HOST_SCRIPTS = [
     ("host: builds against each NVIDIA header", REPO / "tests/build/nv_headers.sh"),
+    ("host: the test baseline's own checks", REPO / "tests/baseline_test.py"),
+    ("host: the VM runner's stall watch", REPO / "tests/vm/stall_test.py"),
+    ("host: the conformance comparison's rules", REPO / "tests/selftests/conformance/compare_test.py"),
 ]
 
 
@@ -232,8 +242,9 @@ def stock_payload(variant, stock):
     out = RUN / f"stock-{variant}"
     log(f"{variant}: {kernel_name(stock)}: packages, test modules, DKMS install")
     start = time.monotonic()
+    env = dict(os.environ, PEERMEM_KERNEL_FLAVOUR=stock["flavour"]) if "flavour" in stock else None
     res = subprocess.run([str(REPO / "tests/infra/stock-kernel.sh"), "build", stock["release"], stock["version"],
-                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     (RUN / f"stock-{variant}.log").write_text(res.stdout)
     log(f"{variant}: stock-kernel.sh build took {time.monotonic() - start:.0f} s (exit {res.returncode})")
     if res.returncode != 0:
@@ -248,9 +259,39 @@ def stock_payload(variant, stock):
     return payload, None
 
 
+def kernel_log_case(variant, results, dmesg):
+    """Whether the runner read the guest's whole kernel log, or None when the guest sent none (the
+    boot has failed already). The splat check reads only what dmesg gave: a log cut at its start,
+    by a ring that wrapped or by a dmesg that read only the newest part of it, would hide the
+    oldest reports."""
+    first = results / "kmsg-first"
+    if not first.exists() or not dmesg:
+        return None
+    name = f"vm {variant}: the whole kernel log was read (no record lost before the splat check)"
+    record = first.read_text(errors="replace").split("\n", 1)[0]
+    head, _, text = record.partition(";")
+    fields = head.split(",")
+    if len(fields) < 3 or not fields[1].isdigit():
+        return ktap.Case(name, "fail", reason=f"cannot read /dev/kmsg's oldest record: {record[:200]!r}")
+    if int(fields[1]) != 0:
+        return ktap.Case(name, "fail", reason=f"the kernel's log ring wrapped: its oldest record is number "
+                         f"{fields[1]}, so the first {fields[1]} records (and any report in them) are lost; "
+                         "raise log_buf_len (tests/vm/vm.py)")
+    line = dmesg.split("\n", 1)[0]
+    if not line.rstrip().endswith(text.rstrip()):
+        return ktap.Case(name, "fail", reason="dmesg did not begin at the log's oldest record "
+                         f"({text.strip()[:120]!r}) but at {line.strip()[:160]!r}: it read only the newest part")
+    return ktap.Case(name, "pass")
+
+
 def vm_group(variant, plan, accel, accel_reason, timeout):
     payload = PAYLOAD
-    stock = vm.stock_kernel(variant)
+    try:
+        stock = vm.stock_kernel(variant)
+    except subprocess.CalledProcessError as e:
+        # A kernel built here (a [kernels] entry with a flavour) whose build failed.
+        return ktap.Group(f"vm: {variant}", [f"vm {variant}: not booted"],
+                          [ktap.Case(f"vm {variant}: its kernel builds", "fail", reason=str(e))])
     if stock is not None:
         payload, failed = stock_payload(variant, stock)
         if failed:
@@ -261,6 +302,9 @@ def vm_group(variant, plan, accel, accel_reason, timeout):
     kernel = f"{kernel_name(stock)}, " if stock else ""
     header = [f"vm {variant}: {kernel}{accel} ({accel_reason}); userspace after {res.userspace_s} s, "
               f"whole boot {res.seconds:.1f} s; logs in {res.results}"]
+    header += [f"vm {variant}: boot {n} went silent for {vm.STALL_SECONDS} s before userspace, after "
+               f"{tail!r} (its console: console-stalled-{n}.log); booted again"
+               for n, tail in enumerate(res.stalls[:vm.BOOT_ATTEMPTS - 1], 1)]
     output = (res.results / "output").read_text(errors="replace") if (res.results / "output").exists() else ""
     cases = ktap.parse_ksft(output)
     dmesg = (res.results / "dmesg").read_text(errors="replace") if (res.results / "dmesg").exists() else ""
@@ -270,17 +314,23 @@ def vm_group(variant, plan, accel, accel_reason, timeout):
     outside = ktap.attribute_splats(dmesg, cases)
     if res.timed_out or res.plan_rc is None:
         why = "timed out" if res.timed_out else f"guest died (qemu exit {res.qemu_rc})"
+        if res.timed_out and len(res.stalls) == vm.BOOT_ATTEMPTS:
+            why = f"all {vm.BOOT_ATTEMPTS} boots went silent for {vm.STALL_SECONDS} s before userspace"
         cases.append(ktap.Case(f"vm {variant}: boot completes", "fail", reason=why,
                                output=res.console.splitlines()[-60:]))
     cases.append(ktap.Case(f"vm {variant}: no kernel splat outside tests",
                            "fail" if outside else "pass", splats=outside))
+    whole_log = kernel_log_case(variant, res.results, dmesg if (res.results / "dmesg").exists() else "")
+    if whole_log is not None:
+        cases.append(whole_log)
     if (res.results / "kmemleak").exists():
         leaks = (res.results / "kmemleak").read_text(errors="replace").strip()
         cases.append(ktap.Case(f"vm {variant}: kmemleak finds no leak", "fail" if leaks else "pass",
                                output=leaks.splitlines()[:80]))
-    elif stock is not None:
+    elif stock is not None and "flavour" not in stock:
         # Debian's kernels (and the Ubuntu-style one, as Ubuntu's) are built without kmemleak; the
-        # test kernel has it, and there a missing scan means the plan never got to it.
+        # test kernel and 6.12 (a flavour of it) have it, and there a missing scan means the plan
+        # never got to it.
         cases.append(ktap.Case(f"vm {variant}: kmemleak finds no leak", "skip",
                                reason=f"not applicable: {kernel_name(stock)} has no kmemleak"))
     else:
@@ -302,6 +352,8 @@ def main():
     ap.add_argument("--build-only", action="store_true", help="build the modules and tests, run nothing")
     ap.add_argument("--timeout", type=int, default=2400, help="seconds per VM boot")
     a = ap.parse_args()
+    # A whole run (make check) is held to tests/baseline/; a partial one is not.
+    whole = not (a.variants or a.tests or a.no_cargo or a.no_packaging or a.no_vm)
 
     start = time.monotonic()
     new_run_dir()
@@ -338,6 +390,11 @@ def main():
         with concurrent.futures.ThreadPoolExecutor(max_workers=vm.VM_SLOTS) as pool:
             futures = [pool.submit(vm_group, v, p, accel, reason, a.timeout) for v, p in plans]
             groups += [f.result() for f in futures]
+    baseline.save(groups, RUN / "leaves.json", whole)
+    if whole:
+        expected = [CARGO_GROUP, *(name for name, _ in HOST_SCRIPTS), PACKAGING_GROUP]
+        expected += [f"vm: {v}" for v in VARIANT_ORDER]
+        groups.append(baseline.check(groups, expected))
     _, failed, _ = ktap.report(groups, sys.stdout)
     log(f"whole run: {time.monotonic() - start:.0f} s")
     return 1 if failed or not groups else 0

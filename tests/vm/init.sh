@@ -32,6 +32,11 @@ else
     done
     echo "==peermem== section dmesg" > $out
     dmesg > $out
+    # The oldest record the kernel's log still holds ("prio,seq,usec,flags;text"; one read of
+    # /dev/kmsg is one record): the host checks that the ring never wrapped (seq 0) and that dmesg
+    # began with that record (busybox's dmesg reads at most 16 MiB of the ring, the newest).
+    echo "==peermem== section kmsg-first" > $out
+    dd if=/dev/kmsg bs=8192 count=1 2>/dev/null > $out
     echo "==peermem== end" > $out
 fi
 echo "peermem-vm: done after $(cut -d' ' -f1 /proc/uptime) s"

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,6 +40,25 @@ BUILD_ROOT = CACHE / "root"
 KVM_PROBE_TIMEOUT = 60
 # A healthy boot writes well under a megabyte to the console.
 CONSOLE_LIMIT = 32 << 20
+# Under TCG a boot has, rarely, gone silent for good before userspace (once in CI, right after
+# "PCI: CLS", where the initramfs is unpacked). Healthy boots here are never silent for more than
+# 4 s of guest time before /init, so a boot silent for this long before userspace is killed and
+# booted again, at most BOOT_ATTEMPTS times in all; the stalled consoles are kept.
+STALL_SECONDS = 240
+BOOT_ATTEMPTS = 2
+
+
+def source_state():
+    """The commit the tree is at, and whether it has changes not committed: what a published figure
+    was measured on ("<sha> clean" or "<sha> dirty"). The reports themselves (docs/, BENCHMARKS.*)
+    are what the runs write, not what they run, and do not count."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--",
+                             ".", ":!docs", ":!BENCHMARKS.md", ":!BENCHMARKS.svg"],
+                            capture_output=True, text=True)
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    return f"{head.stdout.strip()} {'dirty' if status.stdout.strip() else 'clean'}"
 
 
 def log(msg):
@@ -53,26 +72,42 @@ def topology():
 
 
 def stock_kernel(variant_name):
-    """The [kernels] entry a variant boots ({release, version, ...}), or None for the test kernel."""
+    """The [kernels] entry a variant boots ({release, version, ...}), or None for the test kernel.
+    An entry with a `flavour` is a kernel built here (tests/infra/build-kernel.sh's
+    PEERMEM_KERNEL_FLAVOUR), and its release is the build's: reading it builds the kernel on a cold
+    cache."""
     topo = topology()
     name = topo["variants"][variant_name].get("kernel")
-    return topo["kernels"][name] if name else None
+    if not name:
+        return None
+    entry = dict(topo["kernels"][name])
+    if "flavour" in entry:
+        kdir = kernel_dir(entry["flavour"])
+        entry["release"] = (kdir / "include/config/kernel.release").read_text().strip()
+        entry["kdir"] = kdir
+    return entry
 
 
 def kernel_image(variant_name, kdir):
-    """The kernel QEMU boots for a variant: the test kernel's bzImage, or a stock kernel's image as
-    its package ships it (tests/infra/stock-kernel.sh fetch unpacks it; for the Ubuntu-style kernel,
-    stock-kernel.sh build puts its bzImage in the same place)."""
+    """The kernel QEMU boots for a variant: the test kernel's bzImage, a kernel built here in another
+    flavour's bzImage, or a stock kernel's image as its package ships it (tests/infra/stock-kernel.sh
+    fetch unpacks it; for the Ubuntu-style kernel, stock-kernel.sh build puts its bzImage in the same
+    place)."""
     stock = stock_kernel(variant_name)
     if stock is None:
         return kdir / "arch/x86/boot/bzImage"
+    if "kdir" in stock:
+        return stock["kdir"] / "arch/x86/boot/bzImage"
     rel = stock["release"]
     return CACHE_WORK / "stock" / rel / "binary/usr/lib/modules" / rel / "vmlinuz"
 
 
-def kernel_dir():
-    """The cached test kernel's build directory (builds it on first use)."""
-    out = subprocess.run([str(INFRA / "build-kernel.sh")], check=True, stdout=subprocess.PIPE, text=True)
+def kernel_dir(flavour=None):
+    """The cached test kernel's build directory, or that of another flavour of
+    tests/infra/build-kernel.sh (builds it on first use)."""
+    env = dict(os.environ, PEERMEM_KERNEL_FLAVOUR=flavour) if flavour else None
+    out = subprocess.run([str(INFRA / "build-kernel.sh")], check=True, stdout=subprocess.PIPE, text=True,
+                         env=env)
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -186,6 +221,7 @@ class BootResult:
     plan_rc: int | None          # None: the plan never finished (crash, hang, panic)
     userspace_s: float | None    # guest uptime when /init started
     results: Path
+    stalls: list = field(default_factory=list)  # last console line of each boot that stalled
 
     @property
     def console(self):
@@ -224,7 +260,9 @@ def qemu_args(variant_name, accel, kdir, initrd, results, cmdline_extra=(), inte
     # console (seen once in ~10 boots here). Four levels are plenty for a 1 GiB guest.
     # log_buf_len: the runner reads the guest's whole kernel log (dmesg) at the end of a boot to find
     # splats; the config's 128 KiB ring loses the first reports of a boot with many (a KASAN report
-    # is a few KiB), which would let a test that caused one pass.
+    # is a few KiB), which would let a test that caused one pass. The guest also sends the ring's
+    # oldest record, and run_tests.py fails a boot whose ring wrapped or whose dmesg (busybox's
+    # reads at most 16 MiB) did not start there.
     cmdline = ["console=ttyS0", "rdinit=/init", "panic=-1", "kasan_multi_shot", "no_hash_pointers",
                "hung_task_panic=0", "no5lvl", "log_buf_len=64M"]
     if variant["iommu"]:
@@ -298,11 +336,55 @@ def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False,
                      machine_overrides=machine_overrides)
     (results / "qemu-args").write_text("\n".join(args) + "\n")
     env = dict(os.environ, IN_ROOT_BINDS=str(results))
+    with VmLock():
+        run, stalls, seconds = run_qemu_watched([str(INFRA / "in-root"), *args], env, results, timeout,
+                                                echo, variant)
+    timed_out, qemu_rc, userspace_s = run.timed_out or run.stalled, run.qemu_rc, run.userspace_s
+    if (results / "ttyS1.raw").exists():
+        split_serial(results)
+    rc_file = results / "plan.rc"
+    plan_rc = int(rc_file.read_text()) if rc_file.exists() else None
+    return BootResult(variant, accel, seconds, timed_out, qemu_rc, plan_rc, userspace_s, results, stalls)
+
+
+def run_qemu_watched(command, env, results, timeout, echo, variant):
+    """Run QEMU (`command`), and again while it stalls before userspace, at most BOOT_ATTEMPTS
+    times. Returns (the last QemuRun, the last console line of each stalled run, seconds); the
+    console of a stalled run that was followed by another is kept as console-stalled-N.log."""
+    stalls = []
+    start = time.monotonic()
+    for attempt in range(1, BOOT_ATTEMPTS + 1):
+        run = run_qemu(command, env, results, timeout - (time.monotonic() - start), echo)
+        if not run.stalled:
+            break
+        tail = (results / "console.log").read_bytes().rstrip().rsplit(b"\n", 1)[-1]
+        stalls.append(tail.decode(errors="replace").strip())
+        log(f"boot {variant}: no console output for {STALL_SECONDS} s before userspace, after {stalls[-1]!r}")
+        if attempt == BOOT_ATTEMPTS:
+            break
+        # Nothing of ours ran yet (the modules load from /init), so this is the emulator or the
+        # kernel's own boot, not a result: keep that console and boot once more.
+        (results / "console.log").rename(results / f"console-stalled-{attempt}.log")
+        (results / "ttyS1.raw").unlink(missing_ok=True)
+    return run, stalls, time.monotonic() - start
+
+
+@dataclass
+class QemuRun:
+    timed_out: bool
+    stalled: bool                # silent for STALL_SECONDS before userspace, and killed
+    qemu_rc: int
+    userspace_s: float | None
+
+
+def run_qemu(command, env, results, timeout, echo):
+    """One QEMU process: copy its console to results/console.log until it exits, floods its
+    console, outlives `timeout` or stalls before userspace."""
     userspace_s = None
-    timed_out = False
-    with VmLock(), open(results / "console.log", "wb") as console:
-        start = time.monotonic()
-        proc = subprocess.Popen([str(INFRA / "in-root"), *args], stdin=subprocess.DEVNULL,
+    timed_out = stalled = False
+    with open(results / "console.log", "wb") as console:
+        start = last_output = time.monotonic()
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=die_with_parent)
         os.set_blocking(proc.stdout.fileno(), False)
@@ -313,7 +395,9 @@ def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False,
                 chunk = proc.stdout.read()
             except BlockingIOError:
                 pass
+            now = time.monotonic()
             if chunk:
+                last_output = now
                 console.write(chunk)
                 console.flush()
                 if echo:
@@ -328,21 +412,17 @@ def boot(variant, plan, payload, results, accel, timeout, kdir=None, echo=False,
                         pass
             elif chunk == b"" and proc.poll() is not None:
                 break
-            if time.monotonic() - start > timeout or console.tell() > CONSOLE_LIMIT:
-                # A guest that floods its console (a splat in a loop) would otherwise run until the
-                # timeout; the first megabytes hold the story.
-                timed_out = True
+            stalled = userspace_s is None and now - last_output > STALL_SECONDS
+            # A guest that floods its console (a splat in a loop) would otherwise run until the
+            # timeout; the first megabytes hold the story.
+            timed_out = now - start > timeout or console.tell() > CONSOLE_LIMIT
+            if stalled or timed_out:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 break
             time.sleep(0.05)
         qemu_rc = proc.wait()
-        seconds = time.monotonic() - start
-    if (results / "ttyS1.raw").exists():
-        split_serial(results)
-    rc_file = results / "plan.rc"
-    plan_rc = int(rc_file.read_text()) if rc_file.exists() else None
-    return BootResult(variant, accel, seconds, timed_out, qemu_rc, plan_rc, userspace_s, results)
+    return QemuRun(timed_out, stalled, qemu_rc, userspace_s)
 
 
 def probe_kvm(kdir):
