@@ -4,23 +4,24 @@
 # scenario, against the list of documented differences, and prints KTAP (one result per scenario)
 # and a Markdown report.
 #
-#   awk -f compare.awk -v variant=switch -v report=FILE -v rca=0 -v rcb=0 \
-#       differences README.md nvidia_peermem.obs peermem_rs.obs
+#   awk -f compare.awk -v variant=switch -v run=switch -v host=no_memory_peers -v report=FILE \
+#       -v rca=0 -v rcb=0 scenarios differences README.md nvidia_peermem.obs peermem_rs.obs
 #
-# A difference is documented when a `diff` line of the differences file matches its scenario and
-# key (globs) and both values ('*' any, '-' absent), and the README anchor it names exists. Any other
-# difference fails its scenario. A scenario the reference was not run for must have a `finding` line.
+# `scenarios` pins the scenarios of each run (`run`: switch, split or memory_peers; a "findings"
+# run is not pinned). `differences` states each documented difference as a relation over named
+# scenarios and keys, and says the rules this program holds it to: no globs and no wildcard values;
+# no scenario and key named twice for one host (`host`: memory_peers or no_memory_peers); every
+# difference named and seen as stated; and every entry's difference seen in each of its scenarios
+# that ran against both modules. The README anchor an entry names must exist.
 # Written for busybox awk (the test VM has nothing else).
 
-function glob_re(g) {
-	gsub(/\./, "\\.", g)
-	gsub(/\*/, ".*", g)
-	gsub(/\?/, ".", g)
-	return "^" g "$"
+function bad(msg) {
+	printf "# differences: line %d: %s\n", FNR, msg
+	bad_list = 1
 }
 
-function value_ok(want, got) {
-	return want == "*" || want == got
+function numeric(v) {
+	return v == "-" || v ~ /^-?[0-9]+$/
 }
 
 # "-" (not observed) of a counter's change is 0.
@@ -28,24 +29,18 @@ function num(v) {
 	return v == "-" ? 0 : v + 0
 }
 
-# The peermem-rs column may also say "fewer": a smaller count than nvidia-peermem's (of pins, say).
-function value_b_ok(want, va, vb) {
-	if (want == "fewer")
-		return num(vb) < num(va)
-	return value_ok(want, vb)
-}
-
-# The index of the documented difference that explains key k of scenario s, or 0.
-function explained(s, k, va, vb,    i) {
-	for (i = 1; i <= ndiff; i++)
-		if (s ~ dscen[i] && k ~ dkey[i] && value_ok(dva[i], va) && value_b_ok(dvb[i], va, vb))
-			return i
-	return 0
+# Does the pair (va, vb) satisfy what entry e states for key k?
+function holds(e, k, va, vb) {
+	if (eva[e, k] != "n")
+		return eva[e, k] == va && evb[e, k] == vb
+	if (!numeric(va) || !numeric(vb))
+		return 0
+	return num(vb) == num(va) + substr(evb[e, k], 2)
 }
 
 # Descriptions use '_' for spaces (the observation format has none); reasons are plain text.
 function md_text(t, underscores_are_spaces) {
-	gsub(/\|/, "\\\\|", t)
+	gsub(/\|/, "\\|", t)
 	if (underscores_are_spaces)
 		gsub(/_/, " ", t)
 	return t
@@ -59,30 +54,103 @@ BEGIN {
 	file = 0
 	a = "nvidia_peermem"
 	b = "peermem_rs"
+	if (host != "memory_peers" && host != "no_memory_peers") {
+		print "# compare.awk: -v host= must be memory_peers or no_memory_peers"
+		bad_list = 1
+	}
 }
 
 FNR == 1 { file++ }
 
-# The list of documented differences and findings.
-file == 1 && /^[ \t]*#/ { next }
-file == 1 && NF == 0 { next }
-file == 1 && $1 == "diff" {
-	ndiff++
-	dscen_glob[ndiff] = $2
-	dscen[ndiff] = glob_re($2)
-	dkey_glob[ndiff] = $3
-	dkey[ndiff] = glob_re($3)
-	dva[ndiff] = $4
-	dvb[ndiff] = $5
-	danchor[ndiff] = $6
-	r = $0
-	for (i = 1; i <= 6; i++)
-		sub(/^[ \t]*[^ \t]+/, "", r)
-	sub(/^[ \t]+/, "", r)
-	dreason[ndiff] = r
+# The pinned scenario list: RUN SCENARIO.
+file == 1 && (/^[ \t]*#/ || NF == 0) { next }
+file == 1 {
+	pinned_any[$2] = 1
+	if ($1 == run && !(($1, $2) in pinned)) {
+		pinned[$1, $2] = 1
+		pinned_order[++npinned] = $2
+	}
 	next
 }
-file == 1 && $1 == "finding" {
+
+# The list of documented differences and findings.
+file == 2 && (/^[ \t]*#/ || NF == 0) { next }
+file == 2 && $1 == "set" {
+	sets[$2] = ""
+	for (i = 3; i <= NF; i++) {
+		if (!($i in pinned_any))
+			bad("set " $2 ": " $i " is not a scenario of `scenarios`")
+		sets[$2] = sets[$2] " " $i
+	}
+	next
+}
+file == 2 && $1 == "diff" {
+	e = ++ndiff
+	dline[e] = FNR
+	if ($2 != "both" && $2 != "memory_peers" && $2 != "no_memory_peers")
+		bad("host " $2 " is not both, memory_peers or no_memory_peers")
+	if (NF < 8)
+		bad("diff HOST SCENARIOS KEYS NVIDIA-PEERMEM PEERMEM-RS ANCHOR reason...")
+	dhost[e] = $2
+	danchor[e] = $7
+	r = $0
+	for (i = 1; i <= 7; i++)
+		sub(/^[ \t]*[^ \t]+/, "", r)
+	sub(/^[ \t]+/, "", r)
+	dreason[e] = r
+	# The scenarios, @sets expanded.
+	ns = split($3, tok, ",")
+	nsc = 0
+	for (i = 1; i <= ns; i++) {
+		if (substr(tok[i], 1, 1) == "@") {
+			if (!(substr(tok[i], 2) in sets)) {
+				bad("no set " tok[i])
+				continue
+			}
+			nm = split(sets[substr(tok[i], 2)], mem, " ")
+			for (j = 1; j <= nm; j++)
+				sc[++nsc] = mem[j]
+		} else {
+			if (!(tok[i] in pinned_any))
+				bad(tok[i] " is not a scenario of `scenarios`")
+			sc[++nsc] = tok[i]
+		}
+	}
+	# The keys, and their values: one value for all, or a comma-separated value per key.
+	nk = split($4, kk, ",")
+	na = nk > 1 && index($5, ",") ? split($5, av, ",") : 0
+	nb = nk > 1 && index($6, ",") ? split($6, bv, ",") : 0
+	if ((na && na != nk) || (nb && nb != nk))
+		bad("as many values as keys, or one value for all")
+	for (j = 1; j <= nk; j++) {
+		k = kk[j]
+		eva[e, k] = na ? av[j] : $5
+		evb[e, k] = nb ? bv[j] : $6
+		if (k ~ /[*?]/ || eva[e, k] ~ /[*?]/ || evb[e, k] ~ /[*?]/)
+			bad("no glob and no wildcard value: " k " " eva[e, k] " " evb[e, k])
+		if (eva[e, k] == "n" && evb[e, k] !~ /^n[+-][0-9]+$/)
+			bad("nvidia-peermem's 'n' needs peermem-rs's n+K or n-K")
+		if (eva[e, k] != "n" && evb[e, k] ~ /^n[+-][0-9]+$/)
+			bad("peermem-rs's n+K needs nvidia-peermem's 'n'")
+		if (eva[e, k] == evb[e, k])
+			bad(k ": the two values are the same")
+	}
+	# One entry per (host, scenario, key); those of this run's host, by scenario.
+	hn = split(dhost[e] == "both" ? "memory_peers no_memory_peers" : dhost[e], hh, " ")
+	for (i = 1; i <= nsc; i++)
+		for (j = 1; j <= nk; j++)
+			for (h = 1; h <= hn; h++) {
+				if ((hh[h], sc[i], kk[j]) in owner) {
+					bad(sc[i] " " kk[j] " is named by line " dline[owner[hh[h], sc[i], kk[j]]] " too")
+					continue
+				}
+				owner[hh[h], sc[i], kk[j]] = e
+				if (hh[h] == host)
+					owned[sc[i], ++nowned[sc[i]]] = kk[j]
+			}
+	next
+}
+file == 2 && $1 == "finding" {
 	# finding SCENARIO TARGET ID text...
 	r = $0
 	for (i = 1; i <= 4; i++)
@@ -92,14 +160,13 @@ file == 1 && $1 == "finding" {
 	finding_text[$2, $3] = r
 	next
 }
-file == 1 {
-	printf "# differences: cannot parse line %d: %s\n", FNR, $0
-	bad_list = 1
+file == 2 {
+	bad("cannot parse: " $0)
 	next
 }
 
 # The README's anchors: <a id="..."></a>.
-file == 2 {
+file == 3 {
 	line = $0
 	while (match(line, /id="[^"]+"/)) {
 		anchors[substr(line, RSTART + 4, RLENGTH - 5)] = 1
@@ -109,24 +176,24 @@ file == 2 {
 }
 
 # Observations: S scenario description / O scenario key value / X scenario why / T, E.
-file == 3 || file == 4 {
-	t = file == 3 ? a : b
+file == 4 || file == 5 {
+	t = file == 4 ? a : b
 	if ($1 == "T")
 		started[t] = 1
 	else if ($1 == "E")
 		finished[t] = 1
-	else if ($1 == "S") {
+	else if ($1 == "S" || $1 == "X") {
 		if (!($2 in known)) {
 			known[$2] = 1
 			order[++nscen] = $2
+		}
+		if ($1 == "S") {
 			d = $0
 			sub(/^S[ \t]+[^ \t]+[ \t]*/, "", d)
 			desc[$2] = d
-		}
-		ran[t, $2] = 1
-	} else if ($1 == "X") {
-		skipped[t, $2] = 1
-		delete ran[t, $2]
+			ran[t, $2] = 1
+		} else
+			delete ran[t, $2]
 	} else if ($1 == "O") {
 		if (substr($3, 1, 1) == "_") {
 			info[t, $2, $3] = $4
@@ -146,8 +213,7 @@ END {
 	n = 0
 	fails = 0
 	print "TAP version 13"
-	plan = nscen + 4
-	print "1.." plan
+	print "1.." nscen + 5
 
 	n++
 	if (started[a] && finished[a] && rca == 0)
@@ -163,6 +229,24 @@ END {
 		print "not ok " n " " b ": the scenarios did not all run (exit " rcb ")"
 		fails++
 	}
+	n++
+	if (run == "findings")
+		print "ok " n " the scenarios are those of scenarios # SKIP not applicable: a findings run is the findings' scenarios only"
+	else {
+		odd = ""
+		for (i = 1; i <= npinned; i++)
+			if (!(pinned_order[i] in known))
+				odd = odd " missing:" pinned_order[i]
+		for (i = 1; i <= nscen; i++)
+			if (!((run, order[i]) in pinned))
+				odd = odd " unpinned:" order[i]
+		if (npinned && odd == "")
+			print "ok " n " the scenarios are the " npinned " that scenarios lists for " run
+		else {
+			print "not ok " n " the scenarios are not those scenarios lists for " run ":" odd
+			fails++
+		}
+	}
 
 	print "## VM variant `" variant "`" > report
 	print "" > report
@@ -177,7 +261,7 @@ END {
 		if (!ran[a, s] || !ran[b, s]) {
 			who = ran[a, s] ? b : a
 			if ((s, who) in finding_id) {
-				print "ok " n " " s " # SKIP not run against " who " here: " \
+				print "ok " n " " s " # SKIP not applicable: not run against " who " here: " \
 				      finding_id[s, who] " (" finding_text[s, who] ")"
 				result = "not compared here: " who " is not run (**" finding_id[s, who] "**, see Findings)"
 			} else {
@@ -188,37 +272,51 @@ END {
 			printf "| %d | `%s` | %s | %s | %s |\n", i, s, md_text(desc[s], 1), result, ms > report
 			continue
 		}
-		undocumented = ""
+		wrong = ""
 		used = ""
+		# Every difference: named, and as stated.
 		for (j = 1; j <= nkeys[s]; j++) {
 			k = keys[s, j]
 			va = ((a, s, k) in val) ? val[a, s, k] : "-"
 			vb = ((b, s, k) in val) ? val[b, s, k] : "-"
 			if (va == vb)
 				continue
-			e = explained(s, k, va, vb)
-			if (e && !(danchor[e] in anchors)) {
-				printf "# %s: %s: the README has no entry #%s\n", s, k, danchor[e]
-				missing_anchor = 1
-				e = 0
-			}
+			e = ((host, s, k) in owner) ? owner[host, s, k] : 0
 			ndetail++
 			dets[ndetail] = s
 			detk[ndetail] = k
 			detva[ndetail] = va
 			detvb[ndetail] = vb
-			dete[ndetail] = e
+			dete[ndetail] = 0
 			if (!e) {
-				undocumented = undocumented " " k "(" a "=" va "," b "=" vb ")"
+				wrong = wrong " " k "(" a "=" va "," b "=" vb ": undocumented)"
 				continue
 			}
+			if (!holds(e, k, va, vb)) {
+				wrong = wrong " " k "(" a "=" va "," b "=" vb ": line " dline[e] " states " eva[e, k] " -> " evb[e, k] ")"
+				continue
+			}
+			if (!(danchor[e] in anchors)) {
+				printf "# %s: %s: the README has no entry #%s\n", s, k, danchor[e]
+				missing_anchor = 1
+			}
+			dete[ndetail] = e
 			used_entry[e] = 1
 			if (index(" " used " ", " " danchor[e] " ") == 0)
 				used = used (used == "" ? "" : " ") danchor[e]
 		}
-		if (undocumented != "") {
-			print "not ok " n " " s ": undocumented difference:" undocumented
-			result = "**different, undocumented**"
+		# Every difference an entry states for this scenario: seen.
+		for (j = 1; j <= nowned[s]; j++) {
+			k = owned[s, j]
+			va = ((a, s, k) in val) ? val[a, s, k] : "-"
+			vb = ((b, s, k) in val) ? val[b, s, k] : "-"
+			if (va == vb)
+				wrong = wrong " " k "(both " va ": line " dline[owner[host, s, k]] " states " \
+					eva[owner[host, s, k], k] " -> " evb[owner[host, s, k], k] ")"
+		}
+		if (wrong != "") {
+			print "not ok " n " " s ": not as documented:" wrong
+			result = "**different, not as documented**"
 			fails++
 		} else if (used != "") {
 			print "ok " n " " s ": different, documented (" used ")"
@@ -252,28 +350,29 @@ END {
 	}
 	n++
 	if (!missing_anchor && !bad_list)
-		print "ok " n " every documented difference has its entry in the README"
+		print "ok " n " the differences list follows its rules, and every entry has its README anchor"
 	else {
-		print "not ok " n " a documented difference has no entry in the README, or the list does not parse"
+		print "not ok " n " the differences list breaks its rules, or an entry has no README anchor"
 		fails++
 	}
 
 	print "" > report
 	if (ndetail) {
-		print "Every observation that differs:" > report
+		print "Every observation that differs, and the entry of `differences` that states it:" > report
 		print "" > report
-		print "| scenario | observation | nvidia-peermem | peermem-rs | why |" > report
-		print "|---|---|---|---|---|" > report
+		print "| scenario | observation | nvidia-peermem | peermem-rs | line | why |" > report
+		print "|---|---|---|---|---|---|" > report
 		for (i = 1; i <= ndetail; i++) {
 			e = dete[i]
-			why = e ? md_text(dreason[e], 0) " (" readme_link(danchor[e]) ")" : "**UNDOCUMENTED**"
-			printf "| `%s` | `%s` | `%s` | `%s` | %s |\n", dets[i], detk[i], detva[i], detvb[i], why > report
+			why = e ? md_text(dreason[e], 0) " (" readme_link(danchor[e]) ")" : "**NOT AS DOCUMENTED**"
+			printf "| `%s` | `%s` | `%s` | `%s` | %s | %s |\n", dets[i], detk[i], detva[i], detvb[i],
+			       e ? dline[e] : "-", why > report
 		}
 		print "" > report
 	}
 	for (i = 1; i <= ndiff; i++)
 		if (used_entry[i])
-			printf "used: %s %s\n", dscen_glob[i], dkey_glob[i] > (report ".used")
+			printf "used: %d\n", dline[i] > (report ".used")
 	printf "%d scenarios, %d failed\n", nscen, fails > (report ".summary")
 	exit fails ? 1 : 0
 }

@@ -11,8 +11,9 @@
 #                               memory_peers, a second client of a name accepted)
 #   conformance.sh --memory-peers  on the host of kernels before 6.6 (sysfs=1), the scenarios where
 #                               it shows more: the names it refuses, the memory_peers directories
-#                               and the statistics of registrations and invalidations
-#                               (conformance_memory_peers.sh)
+#                               and the statistics of registrations and invalidations (those
+#                               `scenarios` lists for the run memory_peers;
+#                               conformance_memory_peers.sh)
 #   conformance.sh --findings   only the scenarios that make nvidia-peermem splat (never in make
 #                               check: tests/selftests/conformance/findings.py boots a VM for them)
 #
@@ -25,17 +26,6 @@ findings=0
 memory_peers=0
 [ "${1:-}" = "--findings" ] && findings=1
 [ "${1:-}" = "--memory-peers" ] && memory_peers=1
-# The scenarios of the --memory-peers run (a trailing * stands for every name it begins): loading
-# and names, registrations whose memory_peers page and byte counts are partial (an unaligned range,
-# a whole allocation, a persistent one), invalidations, unloading, and the legacy and 4.9 hosts.
-# Those left out are the client's own decisions (refusals, driver errors, ranges, processes), which
-# the host's sysfs does not change and whose statistics only repeat the return codes already
-# compared.
-MEMORY_PEERS_SCENARIOS="load.bad_param.persistent_api_support_2 load.name_taken.* load
-	reg.invalidating.odd_offset_and_length reg.invalidating.whole_allocation
-	reg.persistent.offset_10_3_pages free.invalidating free.persistent free.races_deregistration
-	rmmod.* legacy.* host_4_9.*"
-
 # The scenarios are those of the variant's PCIe layout (PEERMEM_LAYOUT: a stock-kernel boot has the
 # switch layout).
 layout=${PEERMEM_LAYOUT:-$variant}
@@ -60,6 +50,9 @@ out=/results
 name=conformance-$variant
 [ $findings = 1 ] && name=conformance-findings
 export CONFORMANCE_HOST=sysfs=0
+host=no_memory_peers
+run=$part
+[ $findings = 1 ] && run=findings
 if [ $memory_peers = 1 ]; then
 	if [ "$part" != switch ]; then
 		echo "TAP version 13"
@@ -67,6 +60,8 @@ if [ $memory_peers = 1 ]; then
 		exit 4
 	fi
 	CONFORMANCE_HOST=sysfs=1
+	host=memory_peers
+	run=memory_peers
 	name=conformance-$variant-memory_peers
 fi
 
@@ -82,12 +77,9 @@ if [ $findings = 1 ]; then
 else
 	nv_args=$(awk '$1 == "finding" && $3 == "nvidia_peermem" { printf " --skip %s", $2 }' differences)
 	if [ $memory_peers = 1 ]; then
-		set -f
-		for s in $MEMORY_PEERS_SCENARIOS; do
-			nv_args="$nv_args --only $s"
-			rs_args="$rs_args --only $s"
-		done
-		set +f
+		only=$(awk '$1 == "memory_peers" { printf " --only %s", $2 }' scenarios)
+		nv_args="$nv_args$only"
+		rs_args="$rs_args$only"
 	fi
 fi
 
@@ -103,8 +95,9 @@ rcb=$?
 set +f
 stop=$(cut -d' ' -f1 /proc/uptime)
 
-awk -f compare.awk -v variant="$variant" -v report="$out/$name.md" -v rca=$rca -v rcb=$rcb \
-	differences README.md "$out/$name-nvidia_peermem.obs" "$out/$name-peermem_rs.obs"
+awk -f compare.awk -v variant="$variant" -v run=$run -v host=$host -v report="$out/$name.md" \
+	-v rca=$rca -v rcb=$rcb scenarios differences README.md \
+	"$out/$name-nvidia_peermem.obs" "$out/$name-peermem_rs.obs"
 rc=$?
 awk -v s="$start" -v m="$mid" -v e="$stop" 'BEGIN {
 	printf "# durations: nvidia_peermem %.1f s, peermem_rs %.1f s\n", m - s, e - m }' |

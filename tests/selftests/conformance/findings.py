@@ -85,6 +85,9 @@ def main():
     accel, reason = vm.choose_accel(kdir)
     vm.log(f"findings boot: switch ({accel}: {reason})")
     res = vm.boot("switch", PLAN, payload, OUT, accel, a.timeout, kdir)
+    # The payload's run says what source it was built from.
+    source = payload.parent / "source"
+    (OUT / "source").write_text(source.read_text() if source.exists() else "unknown\n")
     output = (OUT / "output").read_text(errors="replace") if (OUT / "output").exists() else ""
     dmesg = (OUT / "dmesg").read_text(errors="replace") if (OUT / "dmesg").exists() else res.console
     by = splats_by_target(dmesg)
@@ -92,6 +95,9 @@ def main():
     ok = res.plan_rc == 0
     lines = [f"Findings boot: {accel}, whole boot {res.seconds:.0f} s; logs in "
              f"`{OUT.relative_to(REPO)}/`.", ""]
+    if not ok:
+        lines += [f"**The comparison failed** (the plan's exit status: {res.plan_rc}): see the "
+                  "scenarios side by side below.", ""]
     for scenario, target, fid, text in findings():
         got = by.get(target, [])
         reproduced = bool(got)
