@@ -13,6 +13,7 @@
  * A kernel splat (KASAN use-after-free, lockdep, a WARN, a hung task) anywhere in a test fails it:
  * the VM runner attributes the kernel log to the test that was running.
  */
+#define _GNU_SOURCE	/* gettid() */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -133,13 +134,17 @@ struct bg_reg {
 	unsigned int flags;
 	int rc;
 	struct pmh_reg_mr mr;
+	pid_t tid;		/* the thread's, once it runs */
+	int done;		/* set (atomically) when the registration has returned */
 };
 
 static void *bg_reg_run(void *arg)
 {
 	struct bg_reg *r = arg;
 
+	__atomic_store_n(&r->tid, gettid(), __ATOMIC_RELEASE);
 	r->rc = pmh_reg(r->pmh, r->va, r->len, r->flags, &r->mr);
+	__atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -161,13 +166,17 @@ struct bg_call {
 	int (*fn)(void *);
 	void *arg;
 	int rc;
+	pid_t tid;		/* the thread's, once it runs */
+	int done;		/* set (atomically) when fn has returned */
 };
 
 static void *bg_call_run(void *arg)
 {
 	struct bg_call *c = arg;
 
+	__atomic_store_n(&c->tid, gettid(), __ATOMIC_RELEASE);
 	c->rc = c->fn(c->arg);
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -175,6 +184,8 @@ static void bg_call_start(struct bg_call *c, int (*fn)(void *), void *arg)
 {
 	c->fn = fn;
 	c->arg = arg;
+	c->done = 0;
+	c->tid = 0;
 	pthread_create(&c->thread, NULL, bg_call_run, c);
 }
 
@@ -182,6 +193,94 @@ static int bg_call_join(struct bg_call *c)
 {
 	pthread_join(c->thread, NULL);
 	return c->rc;
+}
+
+/*
+ * The second checkpoint of a window: the task raced against the held one must have come to the
+ * point the window needs before the held task is let go. A racing task that was only slow would
+ * make the window an ordinary sequence, and a test that passed anyway would prove nothing. It is
+ * there when it is blocked at one of the providers' locks, as the top frame of its kernel stack
+ * shows (/proc/self/task/<tid>/stack): the driver's RM API lock (the stand-in's rm_api_lock, where
+ * RM takes rmapiLockAcquire), or the MR's mapping lock in the host's invalidation
+ * (pmh_invalidate_peer_memory, where MLNX's ib_invalidate_peer_memory takes the umem's mapping_lock
+ * after a moment on the umem_xa spinlock: the only lock it sleeps on itself, peer_mem.c 267-275 of
+ * DOCA 3.2.1); or when it has finished (the whole of it ran inside the window).
+ */
+/* Is task @tid blocked in @fn: the top frame of its kernel stack (the scheduler's own functions,
+ * the lock's slow path among them, are not listed there)? 1, 0 or -errno. */
+static int blocked_in(pid_t tid, const char *fn)
+{
+	char path[64], buf[8192], want[96], *top;
+	int n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stack", tid);
+	n = read_text(path, buf, sizeof(buf));
+	if (n)
+		return n;
+	top = strchr(buf, ']');
+	snprintf(want, sizeof(want), "] %s+", fn);
+	return top && !strncmp(top, want, strlen(want));
+}
+
+/* The first lines of task @tid's kernel stack, for a failure's log. */
+static const char *stack_of(pid_t tid)
+{
+	static char buf[8192];
+	char path[64];
+	int n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stack", tid);
+	n = read_text(path, buf, sizeof(buf));
+	if (n)
+		snprintf(buf, sizeof(buf), "(%s: %s)", path, strerror(-n));
+	return buf;
+}
+
+static const char *blocked_where(pid_t tid)
+{
+	if (blocked_in(tid, "rm_api_lock") == 1)
+		return "waits for the driver's API lock";
+	if (blocked_in(tid, "pmh_invalidate_peer_memory") == 1)
+		return "waits for the MR's mapping lock in the host's invalidation";
+	return NULL;
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* The racing task @tid (0: not started yet) is blocked at a lock, or @done: where, or NULL
+ * after HELD_MS. */
+static const char *racer_arrived(const pid_t *tid, const int *done)
+{
+	long long deadline = now_ms() + HELD_MS;
+	const char *where;
+
+	while (now_ms() < deadline) {
+		if (__atomic_load_n(done, __ATOMIC_ACQUIRE))
+			return "finished";
+		if (__atomic_load_n(tid, __ATOMIC_ACQUIRE) && (where = blocked_where(*tid)))
+			return where;
+		sleep_ms(10);
+	}
+	return NULL;
+}
+
+/* The task @tid is blocked on the driver's API lock, within HELD_MS. */
+static int waits_for_api_lock(const pid_t *tid)
+{
+	long long deadline = now_ms() + HELD_MS;
+
+	while (now_ms() < deadline) {
+		if (__atomic_load_n(tid, __ATOMIC_ACQUIRE) && blocked_in(*tid, "rm_api_lock") == 1)
+			return 1;
+		sleep_ms(10);
+	}
+	return 0;
 }
 
 struct free_arg {
@@ -213,7 +312,14 @@ FIXTURE(race) {
 	int pmh;
 	__u64 handle;
 	uint8_t *va;
+	long long gate_timeouts;	/* of both stand-ins, before the test */
 };
+
+/* A gate that timed out let its task go on its own: the window was not forced as the test says. */
+static long long gate_timeouts(void)
+{
+	return gpu_counter("race_gate_timeouts") + pmh_counter("race_gate_timeouts");
+}
 
 FIXTURE_SETUP(race)
 {
@@ -226,6 +332,7 @@ FIXTURE_SETUP(race)
 	ASSERT_TRUE(mod_loaded(client())) TH_LOG("%s is not loaded", client());
 	self->va = gpu_alloc(self->gpu, LEN, &self->handle);
 	ASSERT_NE(NULL, self->va);
+	self->gate_timeouts = gate_timeouts();
 }
 
 FIXTURE_TEARDOWN(race)
@@ -243,6 +350,7 @@ FIXTURE_TEARDOWN(race)
 	if (self->gpu >= 0)
 		close(self->gpu);
 	EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("left behind: %s", why);
+	EXPECT_EQ(self->gate_timeouts, gate_timeouts()) TH_LOG("a race gate timed out: a held task went on by itself");
 }
 
 /* The registration, held by the host right after acquire said "mine" (mapping lock taken), then by
@@ -272,7 +380,7 @@ TEST_F(race, free_during_get_pages_before_callback)
 	struct bg_reg r;
 
 	if (!invalidating())
-		SKIP(return, "the persistent client makes no get_pages in the registration");
+		SKIP(return, "not applicable: the persistent client makes no get_pages in the registration");
 	ASSERT_EQ(0, hold_registration_at(&r, self->pmh, self->va, "get_pages.pinned"));
 	ASSERT_EQ(0, gpu_free(self->gpu, self->handle));
 	race_open(NV, "get_pages.pinned");
@@ -287,16 +395,19 @@ TEST_F(race, free_during_get_pages_before_callback)
 TEST_F(race, free_while_get_pages_returns)
 {
 	unsigned long long cb = passes(NV, "teardown.before_callback");
+	const char *where;
 	struct free_arg f = { self->gpu, self->handle };
 	struct bg_call c;
 	struct bg_reg r;
 
 	if (!invalidating())
-		SKIP(return, "the persistent client makes no get_pages in the registration");
+		SKIP(return, "not applicable: the persistent client makes no get_pages in the registration");
 	ASSERT_EQ(0, hold_registration_at(&r, self->pmh, self->va, "get_pages.return"));
 	bg_call_start(&c, do_free, &f);
 	ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
-	sleep_ms(200);
+	where = racer_arrived(&c.tid, &c.done);
+	EXPECT_NE(NULL, where) TH_LOG("the free neither finished nor came to a lock; its stack:\n%s", stack_of(c.tid));
+	TH_LOG("the free %s", where ? where : "(nowhere)");
 	race_open(NV, "get_pages.return");
 	EXPECT_EQ(0, bg_call_join(&c));
 	EXPECT_GT(0, bg_reg_join(&r));
@@ -305,25 +416,45 @@ TEST_F(race, free_while_get_pages_returns)
 	}
 }
 
-/* cudaFree while dma_map_pages has read the page table and waits for the driver's API lock: the
- * callback runs with that lock held, with the host's mapping lock held by the registration. */
+/* cudaFree while dma_map_pages is at @point (the registration holds the host's mapping lock): the
+ * callback runs with the driver's API lock held. With @api_lock, dma_map_pages has read the page
+ * table and must then wait for that lock while the teardown holds it (the teardown is held after
+ * our callback, before it frees the pin); otherwise the free runs to its end (or to a lock) first. */
 static void free_during_dma_map(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
-				const char *point)
+				const char *point, int api_lock)
 {
 	unsigned long long cb = passes(NV, "teardown.before_callback");
 	struct free_arg f = { self->gpu, self->handle };
+	int hold_teardown = api_lock && invalidating();
+	const char *where;
 	struct bg_call c;
 	struct bg_reg r;
 
 	race_gate(NV, point, 0);
 	bg_reg_start(&r, self->pmh, self->va, LEN, PMH_REG_WRITE);
 	ASSERT_LT(0, race_wait_held(NV, point, HELD_MS));
+	if (hold_teardown)
+		race_gate(NV, "teardown.after_callback", 0);
 	bg_call_start(&c, do_free, &f);
 	if (invalidating()) {
 		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
 	}
-	sleep_ms(200);
+	if (hold_teardown) {
+		/* The teardown is held with the API lock, or (a client whose callback waits for the
+		 * host) its callback waits for the mapping lock the registration holds. */
+		where = race_wait_held(NV, "teardown.after_callback", HELD_MS) == c.tid ?
+			"is held after the callback" : blocked_where(c.tid);
+	} else {
+		where = racer_arrived(&c.tid, &c.done);
+	}
+	EXPECT_NE(NULL, where) TH_LOG("the free came to none of the window's points");
+	TH_LOG("the free %s", where ? where : "(nowhere)");
 	race_open(NV, point);
+	if (hold_teardown) {
+		EXPECT_TRUE(waits_for_api_lock(&r.tid))
+			TH_LOG("dma_map_pages did not wait for the API lock the teardown holds; its stack:\n%s", stack_of(r.tid));
+		race_open(NV, "teardown.after_callback");
+	}
 	EXPECT_EQ(0, bg_call_join(&c));
 	bg_reg_join(&r);
 	if (!invalidating()) {
@@ -348,12 +479,12 @@ static void free_during_dma_map(struct __test_metadata *_metadata, FIXTURE_DATA(
 
 TEST_F(race, free_while_dma_map_waits_for_the_api_lock)
 {
-	free_during_dma_map(_metadata, self, "dma_map.read");
+	free_during_dma_map(_metadata, self, "dma_map.read", 1);
 }
 
 TEST_F(race, free_while_dma_map_links_its_mapping)
 {
-	free_during_dma_map(_metadata, self, "dma_map.before_insert");
+	free_during_dma_map(_metadata, self, "dma_map.before_insert", 0);
 }
 
 /* cudaFree between the end of dma_map and the memory key being armed (the host still holds the
@@ -361,6 +492,7 @@ TEST_F(race, free_while_dma_map_links_its_mapping)
 TEST_F(race, free_before_the_key_is_armed)
 {
 	unsigned long long cb = passes(NV, "teardown.before_callback");
+	const char *where;
 	struct free_arg f = { self->gpu, self->handle };
 	struct pmh_query_mr q;
 	struct bg_call c;
@@ -373,7 +505,9 @@ TEST_F(race, free_before_the_key_is_armed)
 	if (invalidating()) {
 		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
 	}
-	sleep_ms(200);
+	where = racer_arrived(&c.tid, &c.done);
+	EXPECT_NE(NULL, where) TH_LOG("the free neither finished nor came to a lock; its stack:\n%s", stack_of(c.tid));
+	TH_LOG("the free %s", where ? where : "(nowhere)");
 	race_open(HOST, "reg.before_activate");
 	EXPECT_EQ(0, bg_reg_join(&r));
 	EXPECT_EQ(0, bg_call_join(&c));
@@ -386,6 +520,7 @@ TEST_F(race, free_before_the_key_is_armed)
 TEST_F(race, free_while_dma_unmap_takes_the_semaphore)
 {
 	unsigned long long cb = passes(NV, "teardown.before_callback");
+	const char *where;
 	struct free_arg f = { self->gpu, self->handle };
 	struct dereg_arg d = { self->pmh };
 	struct pmh_reg_mr mr;
@@ -400,7 +535,9 @@ TEST_F(race, free_while_dma_unmap_takes_the_semaphore)
 	if (invalidating()) {
 		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
 	}
-	sleep_ms(200);
+	where = racer_arrived(&c.tid, &c.done);
+	EXPECT_NE(NULL, where) TH_LOG("the free neither finished nor came to a lock; its stack:\n%s", stack_of(c.tid));
+	TH_LOG("the free %s", where ? where : "(nowhere)");
 	race_open(NV, "dma_unmap.before_sem");
 	EXPECT_EQ(0, bg_call_join(&dc));
 	EXPECT_EQ(0, bg_call_join(&c));
@@ -415,18 +552,32 @@ TEST_F(race, free_while_put_pages_waits_for_the_api_lock)
 	const char *point = invalidating() ? "put_pages.before_lock" : "put_pages_persistent.before_lock";
 	struct pmh_reg_mr mr;
 	struct bg_call c, dc;
+	const char *where;
 
 	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
 	d.mr = mr.handle;
 	race_gate(NV, point, 0);
 	bg_call_start(&dc, do_dereg, &d);
 	ASSERT_LT(0, race_wait_held(NV, point, HELD_MS));
-	bg_call_start(&c, do_free, &f);
 	if (invalidating()) {
+		/* The teardown held with the API lock, after the callback and before the frees. */
+		race_gate(NV, "teardown.after_callback", 0);
+		bg_call_start(&c, do_free, &f);
 		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
+		ASSERT_LT(0, race_wait_held(NV, "teardown.after_callback", HELD_MS))
+			TH_LOG("the free's teardown did not come to the end of the callback");
+			race_open(NV, point);
+		EXPECT_TRUE(waits_for_api_lock(&dc.tid))
+			TH_LOG("put_pages did not wait for the API lock the teardown holds; its stack:\n%s", stack_of(dc.tid));
+		race_open(NV, "teardown.after_callback");
+	} else {
+		/* A persistent pin has no teardown to hold: the free runs to its end, or to a lock. */
+			bg_call_start(&c, do_free, &f);
+		where = racer_arrived(&c.tid, &c.done);
+		EXPECT_NE(NULL, where) TH_LOG("the free neither finished nor came to a lock; its stack:\n%s", stack_of(c.tid));
+		TH_LOG("the free %s", where ? where : "(nowhere)");
+		race_open(NV, point);
 	}
-	sleep_ms(200);
-	race_open(NV, point);
 	EXPECT_EQ(0, bg_call_join(&dc));
 	EXPECT_EQ(0, bg_call_join(&c));
 }
@@ -436,13 +587,14 @@ TEST_F(race, free_while_put_pages_waits_for_the_api_lock)
 TEST_F(race, deregistration_while_the_teardown_frees)
 {
 	unsigned long long cb = passes(NV, "teardown.after_callback");
+	const char *where;
 	struct free_arg f = { self->gpu, self->handle };
 	struct dereg_arg d = { self->pmh };
 	struct pmh_reg_mr mr;
 	struct bg_call c, dc;
 
 	if (!invalidating())
-		SKIP(return, "no teardown of a persistent pin");
+		SKIP(return, "not applicable: the driver tears down no persistent pin");
 	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
 	d.mr = mr.handle;
 	race_gate(NV, "teardown.after_callback", 0);
@@ -450,7 +602,9 @@ TEST_F(race, deregistration_while_the_teardown_frees)
 	ASSERT_LT(0, race_wait_held(NV, "teardown.after_callback", HELD_MS));
 	(void)cb;
 	bg_call_start(&dc, do_dereg, &d);
-	sleep_ms(300);
+	where = racer_arrived(&dc.tid, &dc.done);
+	EXPECT_NE(NULL, where) TH_LOG("the deregistration neither finished nor came to a lock; its stack:\n%s", stack_of(dc.tid));
+	TH_LOG("the deregistration %s", where ? where : "(nowhere)");
 	race_open(NV, "teardown.after_callback");
 	EXPECT_EQ(0, bg_call_join(&c));
 	EXPECT_EQ(0, bg_call_join(&dc));
@@ -535,7 +689,7 @@ TEST_F(race, rmmod_waits_for_the_work_item_after_a_callback)
 	struct bg_call c;
 
 	if (!ours() || !invalidating())
-		SKIP(return, "peermem-rs's invalidating client only");
+		SKIP(return, "not applicable: peermem-rs's invalidating client only");
 	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
 	ASSERT_EQ(1, pmh_remove_device(self->pmh));
 	race_gate(NV, "teardown.after_callback", 0);

@@ -55,12 +55,20 @@ static DEFINE_HASHTABLE(records, 12);
 static atomic64_t newest_serial;
 
 /*
- * rmapiLockAcquire(API_LOCK_FLAGS_NONE): the write lock, refused to the task that already holds it
- * (rmapiLockIsOwner), which in practice is a free callback calling back into the driver. nvidia.ko
- * logs an assertion and returns NV_ERR_INVALID_LOCK_STATE (-EIO); the stand-in also WARNs, so that
- * a client doing it fails every test run.
+ * rmapiLockAcquire(API_LOCK_FLAGS_NONE): the write lock, taken by every rm_p2p_* entry (osapi.c
+ * 550:4404 dma_map_pages, 4527 get_pages_persistent, 4568 and 4630 get_pages's two sections, 4659
+ * put_pages_persistent, 4689 put_pages) and held across the free path's callbacks
+ * (serverTopLock_Prologue, alloc_free.c 550:252; CliDelThirdPartyP2PVidmemInfo,
+ * third_party_p2p.c 550:583-586). It is refused to the task that already holds it
+ * (rmapiLockIsOwner, rmapi.c 550:623), which in practice is a free callback calling back into the
+ * driver. nvidia.ko logs an assertion and returns NV_ERR_INVALID_LOCK_STATE (-EIO); the stand-in
+ * also WARNs, so that a client doing it fails every test run.
+ *
+ * noinline changes no behaviour: a task blocked here shows rm_api_lock at the top of its kernel
+ * stack, which is how the race tests (tests/selftests/races/races.c) prove that the task they race
+ * waits for this lock.
  */
-int rm_api_lock(const char *fn)
+noinline int rm_api_lock(const char *fn)
 {
 	if (READ_ONCE(standin.api_lock_owner) == current) {
 		count_inc(callback_reentries);
