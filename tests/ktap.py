@@ -164,6 +164,25 @@ class Group:
         return all(c.status != "fail" for c in self.cases) and bool(self.cases)
 
 
+RECAP_OUTPUT_LINES = 12
+
+
+def write_recap(groups, out):
+    """Repeat every failure, briefly, right before the summary line: a log read from its end (CI
+    keeps only the tail of a long run) then still names what failed, why, and its last output."""
+    failures = [(g, c) for g in groups for c in g.cases if c.status == "fail"]
+    if not failures:
+        return
+    out.write(f"# {len(failures)} failed (repeated from above):\n")
+    for g, c in failures:
+        out.write(f"# - {g.name}: {c.name}" + (f": {c.reason}" if c.reason else "") + "\n")
+        for status, name, directive in c.subtests:
+            if status == "fail":
+                out.write(f"#     not ok {name}" + (f" # {directive}" if directive else "") + "\n")
+        for line in c.output[-RECAP_OUTPUT_LINES:]:
+            out.write(f"#     | {line}\n")
+
+
 def report(groups, out):
     """Print the whole run as KTAP, then the summary line. Returns (passed, failed, skipped)."""
     passed = failed = skipped = 0
@@ -188,6 +207,7 @@ def report(groups, out):
             p, f, k = c.leaves()
             passed, failed, skipped = passed + p, failed + f, skipped + k
         out.write(f"{'ok' if g.ok else 'not ok'} {gi} {g.name}\n")
+    write_recap(groups, out)
     summary = f"{passed} passed, {failed} failed"
     if skipped:
         summary += f", {skipped} skipped"
