@@ -58,10 +58,11 @@ static int param(const char *name)
 	return (int)read_number(path);
 }
 
-/* persistent_api_support=0: the invalidating client nv_mem takes user MRs. */
+/* persistent_api_support=0: the invalidating client nv_mem takes user MRs. nvidia-peermem 550 has
+ * no such parameter: its nv_mem is always the invalidating client. */
 static int invalidating(void)
 {
-	return param("persistent_api_support") == 0;
+	return !ours() || param("persistent_api_support") == 0;
 }
 
 /* The host unmaps inside the invalidation (a legacy client: peerdirect_support=1). */
@@ -236,12 +237,39 @@ static const char *stack_of(pid_t tid)
 	return buf;
 }
 
+/* The state letter of task @tid (R, S, D, ...), or 0. */
+static char task_state(pid_t tid)
+{
+	char path[64], buf[512], *p;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	if (read_text(path, buf, sizeof(buf)))
+		return 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
+/* Is task @tid blocked on a mutex of peermem-rs: in uninterruptible sleep (a mutex's wait) with
+ * peermem-rs's own code as the top frame (mutex_lock's slow path is a scheduler function, not
+ * listed; rustc inlines the lock call into its caller)? */
+static int blocked_in_our_mutex(pid_t tid)
+{
+	const char *stack = stack_of(tid);
+	const char *eol = strchr(stack, '\n');
+
+	if (!eol || task_state(tid) != 'D')
+		return 0;
+	return memmem(stack, eol - stack, "[peermem_rs]", 12) != NULL;
+}
+
 static const char *blocked_where(pid_t tid)
 {
 	if (blocked_in(tid, "rm_api_lock") == 1)
 		return "waits for the driver's API lock";
 	if (blocked_in(tid, "pmh_invalidate_peer_memory") == 1)
 		return "waits for the MR's mapping lock in the host's invalidation";
+	if (ours() && blocked_in_our_mutex(tid))
+		return "waits for a mutex of peermem-rs";
 	return NULL;
 }
 
@@ -341,6 +369,7 @@ FIXTURE_TEARDOWN(race)
 
 	race_clear(NV);
 	race_clear(HOST);
+	write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "0");
 	if (self->pmh >= 0)
 		close(self->pmh);
 	/* The allocation, unless the test freed it (its mapping would keep it alive). */
@@ -566,13 +595,13 @@ TEST_F(race, free_while_put_pages_waits_for_the_api_lock)
 		ASSERT_EQ(0, wait_passed(NV, "teardown.before_callback", cb));
 		ASSERT_LT(0, race_wait_held(NV, "teardown.after_callback", HELD_MS))
 			TH_LOG("the free's teardown did not come to the end of the callback");
-			race_open(NV, point);
+		race_open(NV, point);
 		EXPECT_TRUE(waits_for_api_lock(&dc.tid))
 			TH_LOG("put_pages did not wait for the API lock the teardown holds; its stack:\n%s", stack_of(dc.tid));
 		race_open(NV, "teardown.after_callback");
 	} else {
 		/* A persistent pin has no teardown to hold: the free runs to its end, or to a lock. */
-			bg_call_start(&c, do_free, &f);
+		bg_call_start(&c, do_free, &f);
 		where = racer_arrived(&c.tid, &c.done);
 		EXPECT_NE(NULL, where) TH_LOG("the free neither finished nor came to a lock; its stack:\n%s", stack_of(c.tid));
 		TH_LOG("the free %s", where ? where : "(nowhere)");
@@ -608,6 +637,84 @@ TEST_F(race, deregistration_while_the_teardown_frees)
 	race_open(NV, "teardown.after_callback");
 	EXPECT_EQ(0, bg_call_join(&c));
 	EXPECT_EQ(0, bg_call_join(&dc));
+}
+
+/* The stale unpin: the deregistration's put_pages of the pin it made for the callback is held
+ * before the driver's API lock; cudaFree tears that pin down (our callback runs, the driver frees
+ * its table); then a registration of other memory in the same process pins, and the driver gives
+ * its table the freed one's address (the stand-in's recycle_freed_pins: what a slab allocator
+ * without KASAN's quarantine does, as the benchmark kernel's did in `make stress`). The driver
+ * finds a pin by that address only (550 p2p.c:1455-1493): had the new pin been made before the
+ * held put_pages goes on, it would unpin the other registration's pin without its callback and
+ * free its table under it. peermem-rs's pins and unpins of those pins exclude each other
+ * (N_PINS, src/client.rs), so the new registration waits until the held put_pages has returned
+ * having found nothing. Fails when the new registration pins inside the window (the stand-in's
+ * reused_put_pages, a WARN), or when the other registration's pin is gone or its callback lost. */
+TEST_F(race, stale_unpin_while_another_registration_pins)
+{
+	struct free_arg f = { self->gpu, self->handle };
+	struct dereg_arg d = { self->pmh };
+	long long reused = gpu_counter("reused_put_pages");
+	long long recycled = gpu_counter("recycled_pins");
+	long long stale = gpu_counter("stale_put_pages");
+	long long callbacks = gpu_counter("free_callbacks");
+	struct pmh_reg_mr mr;
+	struct pmh_query_mr q;
+	struct bg_call c, dc;
+	struct bg_reg r;
+	const char *where;
+	uint8_t *other;
+	__u64 other_handle;
+
+	if (!invalidating())
+		SKIP(return, "not applicable: the persistent client's pins are torn down by no free");
+	other = gpu_alloc(self->gpu, LEN, &other_handle);
+	ASSERT_NE(NULL, other);
+	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	d.mr = mr.handle;
+	race_gate(NV, "put_pages.before_lock", 0);
+	bg_call_start(&dc, do_dereg, &d);
+	ASSERT_LT(0, race_wait_held(NV, "put_pages.before_lock", HELD_MS));
+	/* The free runs to its end: the callback, then the table freed (and kept for the next pin). */
+	bg_call_start(&c, do_free, &f);
+	where = racer_arrived(&c.tid, &c.done);
+	ASSERT_STREQ("finished", where ? where : "(nowhere)")
+		TH_LOG("the free did not run to its end while the put_pages was held; its stack:\n%s", stack_of(c.tid));
+	EXPECT_EQ(0, bg_call_join(&c));
+	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
+	/* The other registration pins now, or waits until the held put_pages has returned. */
+	bg_reg_start(&r, self->pmh, other, LEN, PMH_REG_WRITE);
+	where = racer_arrived(&r.tid, &r.done);
+	EXPECT_NE(NULL, where) TH_LOG("the other registration neither finished nor came to a lock; its stack:\n%s",
+				      stack_of(r.tid));
+	TH_LOG("the other registration %s", where ? where : "(nowhere)");
+	race_open(NV, "put_pages.before_lock");
+	EXPECT_EQ(0, bg_call_join(&dc));
+	EXPECT_EQ(0, bg_reg_join(&r));
+	/* The window was there: the other registration's pin got the torn-down table's address. */
+	EXPECT_LT(recycled, gpu_counter("recycled_pins"));
+	EXPECT_EQ(reused, gpu_counter("reused_put_pages"))
+		TH_LOG("a put_pages unpinned a pin made after it began: the other registration's");
+	if (ours()) {
+		/* The held put_pages found nothing (so did our work item's, after the callback). */
+		EXPECT_LT(stale, gpu_counter("stale_put_pages"));
+	}
+	/* The other registration is whole: mapped, and revoked by its own free's callback. */
+	if (!r.rc) {
+		callbacks = gpu_counter("free_callbacks");
+		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
+		EXPECT_EQ(PMH_MR_MAPPED, q.state);
+		EXPECT_EQ(0, gpu_free(self->gpu, other_handle));
+		EXPECT_LT(callbacks, gpu_counter("free_callbacks"))
+			TH_LOG("freeing the other memory called back none of its pins: its pin was unpinned");
+		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
+		EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
+		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
+	} else {
+		gpu_free(self->gpu, other_handle);
+	}
+	munmap(other, LEN);
 }
 
 /* Deregistration from another task first (a forked child that inherited the uverbs file and

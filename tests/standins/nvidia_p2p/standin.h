@@ -133,6 +133,7 @@ enum standin_fn {
 	X(unregisters)			\
 	X(stale_put_pages)		\
 	X(reused_put_pages)		\
+	X(recycled_pins)		\
 	X(foreign_put_pages)		\
 	X(stale_dma_unmaps)		\
 	X(bad_put_pages)		\
@@ -188,6 +189,15 @@ struct standin_state {
 	struct standin_gpu *gpu;	/* NULL until the PCI device is bound */
 	struct standin_counters c;
 	unsigned int free_callback_delay_ms;
+	/*
+	 * recycle_freed_pins (debugfs, for the stale-unpin window): a freed non-persistent pin is
+	 * kept in `recycled` and given to the next non-persistent pin, so that the new pin's table has
+	 * the freed one's address, as a slab allocator hands out the object freed last. KASAN's
+	 * quarantine keeps the test kernel from reusing it by itself.
+	 */
+	bool recycle_freed_pins;
+	struct standin_pin *recycled;	/* under recycle_lock */
+	spinlock_t recycle_lock;
 };
 
 extern struct standin_state standin;

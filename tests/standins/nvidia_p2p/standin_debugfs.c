@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * NVIDIA P2P stand-in: debugfs (/sys/kernel/debug/nvidia_p2p_standin/). One read-only file per
- * counter plus `counters` (all of them), `free_callback_delay_ms`, `race` (standin_race.c), and
+ * counter plus `counters` (all of them), `free_callback_delay_ms`, `recycle_freed_pins` (standin.h),
+ * `race` (standin_race.c), and
  * `inject`:
  *
  *   echo "get_pages 3 -12" > inject     the 3rd call of nvidia_p2p_get_pages from now returns -ENOMEM
@@ -143,6 +144,7 @@ void standin_debugfs_init(void)
 	debugfs_create_file("counters", 0444, dir, NULL, &counters_fops);
 	debugfs_create_file("inject", 0644, dir, NULL, &inject_fops);
 	debugfs_create_u32("free_callback_delay_ms", 0644, dir, &standin.free_callback_delay_ms);
+	debugfs_create_bool("recycle_freed_pins", 0644, dir, &standin.recycle_freed_pins);
 	standin_race_init(dir);
 }
 

@@ -22,13 +22,49 @@ static struct kmem_cache *page_cache;
 
 int standin_p2p_init(void)
 {
+	spin_lock_init(&standin.recycle_lock);
 	page_cache = KMEM_CACHE(nvidia_p2p_page, 0);
 	return page_cache ? 0 : -ENOMEM;
 }
 
 void standin_p2p_exit(void)
 {
+	kfree(standin.recycled);
+	standin.recycled = NULL;
 	kmem_cache_destroy(page_cache);
+}
+
+/*
+ * A new non-persistent pin: the one freed last when recycle_freed_pins is set (the address a slab
+ * allocator without KASAN's quarantine would give), else a new allocation.
+ */
+static struct standin_pin *pin_alloc(bool persistent)
+{
+	struct standin_pin *pin = NULL;
+
+	if (!persistent && READ_ONCE(standin.recycle_freed_pins)) {
+		spin_lock(&standin.recycle_lock);
+		swap(pin, standin.recycled);
+		spin_unlock(&standin.recycle_lock);
+	}
+	if (pin) {
+		memset(pin, 0, sizeof(*pin));
+		count_inc(recycled_pins);
+		return pin;
+	}
+	return kzalloc(sizeof(*pin), GFP_KERNEL);
+}
+
+/* The pin's memory, kept for the next pin_alloc when recycle_freed_pins is set and none is kept. */
+static void pin_free(struct standin_pin *pin)
+{
+	if (!pin->persistent && READ_ONCE(standin.recycle_freed_pins)) {
+		spin_lock(&standin.recycle_lock);
+		if (!standin.recycled)
+			swap(pin, standin.recycled);
+		spin_unlock(&standin.recycle_lock);
+	}
+	kfree(pin);
 }
 
 static struct standin_pin *to_pin(struct nvidia_p2p_page_table *page_table)
@@ -82,7 +118,7 @@ unsigned int nv_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
 		kmem_cache_free(page_cache, page_table->pages[i]);
 	kfree(page_table->gpu_uuid);
 	kfree(page_table->pages);
-	kfree(pin);
+	pin_free(pin);
 	count_dec(live_page_tables);
 	return maps;
 }
@@ -135,7 +171,7 @@ static int nv_p2p_get_pages(bool persistent, u64 p2p_token, u32 va_space, u64 va
 	}
 
 	*page_table = NULL;
-	pin = kzalloc(sizeof(*pin), GFP_KERNEL);
+	pin = pin_alloc(persistent);
 	if (!pin)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&pin->dma_mappings.list);
