@@ -13,11 +13,13 @@
  *
  *   stress --client peermem_rs --ops 200000 --seconds 600 [--procs 3 --threads 3 ...]
  *
- * A registration is one operation and its end (whichever task ends it) another: --ops counts
- * both. What "racing" means is counted separately: a registration live or in flight on GPU memory
- * when that memory is freed (cudaFree, UNREGISTER, or process exit with the GPU file closed
- * first), and a deregistration made by a task other than the registering process (the host's
- * kworker, device removal, a forked child's last close).
+ * --ops bounds the run in operations: a registration is one and its end (whichever task ends it)
+ * another. The result reports registrations, not operations, with the hold phase's apart, and
+ * what raced, each kind on its own: registrations in flight on GPU memory when it was freed,
+ * registrations live on it then (cudaFree, UNREGISTER, or process exit with the GPU file closed
+ * first), and deregistrations made by a task other than the registering process (the host's
+ * kworker, device removal, a forked child's last close). Bytes the NIC moved (DMA, written and
+ * read back) are reported apart from bytes the CPU compared.
  *
  * DMA-API debugging warns once per boot at the ninth live mapping of one cacheline, which nine
  * live registrations of one GPU page reach with any client (the NVIDIA driver maps every page of a
@@ -69,7 +71,7 @@
 	X(dma_ok) X(dma_refused) X(dma_refused_alive) X(dma_failed) X(bytes_written) X(bytes_read) \
 	X(bytes_compared) X(byte_mismatches) X(cpu_bytes_compared) X(cpu_mismatches) \
 	X(alloc_failures) X(hold_registrations) X(hold_threads) X(hold_peak) X(driver_injections_armed) \
-	X(max_page_sharing)
+	X(max_page_sharing) X(dma_refused_freed) X(dma_reached_freed)
 
 enum counter {
 #define X(n) C_##n,
@@ -224,6 +226,10 @@ static unsigned char background(uint32_t serial, unsigned int page, unsigned int
 	return (unsigned char)(x ^ (x >> 8));
 }
 
+/* This process's sequence of completed registrations and frees: a registration that returned
+ * before a free was issued was armed (its memory key live) when that free's callbacks ran. */
+static uint64_t reg_seq;
+
 struct galloc {
 	char *va;
 	__u64 handle;
@@ -237,6 +243,8 @@ struct galloc {
 	int inflight;			/* registrations in flight */
 	int live_mrs;
 	int *page_live;			/* live and in-flight registrations per page (DMA-debug bound) */
+	uint64_t free_seq;		/* reg_seq when FREE or UNREGISTER was issued */
+	int free_done;			/* FREE or UNREGISTER returned: every callback has run */
 	unsigned char *shadow;		/* [page][thread][SLOT_SIZE]: what thread's DMA last wrote */
 	unsigned char *shadow_valid;	/* [page][thread] */
 };
@@ -355,16 +363,21 @@ static void free_slot(unsigned int s)
 	pthread_rwlock_wrlock(&a->dma);
 	check_allocation(a, "before free");
 	pthread_rwlock_unlock(&a->dma);
+	__atomic_store_n(&a->free_seq, __atomic_add_fetch(&reg_seq, 1, __ATOMIC_SEQ_CST), __ATOMIC_SEQ_CST);
 	__atomic_store_n(&a->freed, 1, __ATOMIC_SEQ_CST);
 	count(C_free_live_mrs, __atomic_load_n(&a->live_mrs, __ATOMIC_SEQ_CST));
 	count(C_free_inflight_regs, __atomic_load_n(&a->inflight, __ATOMIC_SEQ_CST));
 	if (unregister_first) {
 		/* NV503C_CTRL_CMD_UNREGISTER_VIDMEM: the callbacks run, the memory stays allocated. */
-		if (!ioctl(W.gpu, NVP2P_IOC_UNREGISTER, &a->handle))
+		if (!ioctl(W.gpu, NVP2P_IOC_UNREGISTER, &a->handle)) {
 			count(C_unregisters, 1);
+			__atomic_store_n(&a->free_done, 1, __ATOMIC_SEQ_CST);
+		}
 	}
 	if (ioctl(W.gpu, NVP2P_IOC_FREE, &a->handle))
 		say("# FREE of allocation %u: %s\n", a->serial, strerror(errno));
+	else
+		__atomic_store_n(&a->free_done, 1, __ATOMIC_SEQ_CST);
 	pthread_rwlock_wrlock(&a->cpu);
 	munmap(a->va, (size_t)a->pages * GPU_PAGE);
 	a->unmapped = 1;
@@ -400,6 +413,8 @@ struct mr {
 	uintptr_t addr;
 	size_t len;
 	unsigned int flags;
+	int nc;				/* taken by nv_mem_nc (no invalidation) */
+	uint64_t reg_seq;		/* reg_seq when the registration returned */
 };
 
 struct thr {
@@ -575,7 +590,9 @@ static int do_register(struct thr *t, int fd, struct mr *out, int hold, struct g
 		}
 	}
 	*out = (struct mr){ .handle = reg.handle, .a = a, .first = first, .npages = n,
-			    .addr = addr, .len = len, .flags = flags };
+			    .addr = addr, .len = len, .flags = flags,
+			    .nc = !strcmp(reg.client, "nv_mem_nc"),
+			    .reg_seq = __atomic_add_fetch(&reg_seq, 1, __ATOMIC_SEQ_CST) };
 	return 1;
 }
 
@@ -627,7 +644,9 @@ static void op_deregister(struct thr *t)
 /*
  * The data path: the NIC writes a pattern into this thread's slot of one page of a random MR,
  * reads it back, and the CPU reads it too; every byte is compared. On an MR whose memory was
- * freed, an invalidating client's MR is revoked (EACCES) and a persistent pin still works.
+ * freed, an invalidating client's MR is revoked (EACCES) and a persistent pin still works. Once a
+ * free (or UNREGISTER) has returned, an invalidating MR that was armed before it was issued must
+ * refuse every transfer: its callback revoked the key before the driver let the free go on.
  */
 static void op_dma(struct thr *t)
 {
@@ -636,7 +655,7 @@ static void op_dma(struct thr *t)
 	struct mr *m;
 	uintptr_t slot, lo, hi;
 	unsigned int p, off, n;
-	int ret;
+	int ret, must_refuse;
 
 	if (!t->nmrs)
 		return;
@@ -657,9 +676,18 @@ static void op_dma(struct thr *t)
 		out[i] = (unsigned char)rnd();
 
 	pthread_rwlock_rdlock(&a->dma);
+	must_refuse = invalidating && !m->nc && __atomic_load_n(&a->free_done, __ATOMIC_SEQ_CST) &&
+		      m->reg_seq < __atomic_load_n(&a->free_seq, __ATOMIC_SEQ_CST);
 	ret = pmh_dma(t->pmh, m->handle, lo - m->addr, out, n, PMH_DMA_TO_MR);
+	if (must_refuse && !ret) {
+		count(C_dma_reached_freed, 1);
+		say("# DMA done to an invalidating MR after its memory's free returned (allocation %u)\n",
+		    a->serial);
+	}
 	if (ret == -EACCES) {
 		count(C_dma_refused, 1);
+		if (must_refuse)
+			count(C_dma_refused_freed, 1);
 		if (!__atomic_load_n(&a->freed, __ATOMIC_SEQ_CST)) {
 			count(C_dma_refused_alive, 1);
 			say("# DMA to a revoked MR whose memory was never freed (allocation %u)\n",
@@ -1262,7 +1290,8 @@ int main(int argc, char **argv)
 	if (!opt.seed)
 		opt.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
 	rnd_seed(1, 1);
-	invalidating = client_param("persistent_api_support") == 0;
+	/* nvidia-peermem 550 has no persistent_api_support: its nv_mem always invalidates. */
+	invalidating = !ours() || client_param("persistent_api_support") == 0;
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
@@ -1382,8 +1411,6 @@ int main(int argc, char **argv)
 			counted(C_dereg_kworker) + counted(C_dereg_child) +
 			counted(C_dereg_exit) + counted(C_dereg_removed_seen);
 	uint64_t tol = counted(C_kill_tolerance);
-	uint64_t racing_free = counted(C_free_live_mrs) + counted(C_free_inflight_regs) +
-			       counted(C_exit_gpu_first_mrs);
 	uint64_t foreign = counted(C_dereg_kworker) + counted(C_dereg_child) +
 			   (uint64_t)delta(&before, &after, "removed_by_device");
 	long long host_ok = delta(&before, &after, "reg_ok");
@@ -1475,15 +1502,27 @@ int main(int argc, char **argv)
 	      "the driver saw no re-entry, no bad put, no put of a reused table and no peer mismatch");
 	check(delta(&before, &after, "race_gate_timeouts") == 0, "no race gate timed out");
 
-	say("# stress result: %" PRIu64 " register/deregister operations (%" PRIu64
-	    " registrations, %" PRIu64 " ends) in %.1f s, %" PRIu64 " racing a free or a foreign "
-	    "deregistration (%" PRIu64 " on freed memory, %" PRIu64 " foreign), %" PRIu64
-	    " failed registrations, %" PRIu64 " bytes moved and compared, %" PRIu64
+	/* What the run did, each figure named for what it counts: registrations made (the hold
+	 * phase's apart), and of those live or in flight on memory at the moment it was freed, or
+	 * ended by a task other than the registering one; bytes the NIC moved (DMA) apart from bytes
+	 * the CPU compared. */
+	uint64_t in_flight_at_free = counted(C_free_inflight_regs);
+	uint64_t live_at_free = counted(C_free_live_mrs) + counted(C_exit_gpu_first_mrs);
+	uint64_t nic_bytes = counted(C_bytes_written) + counted(C_bytes_read);
+
+	check(counted(C_dma_reached_freed) == 0,
+	      "no DMA reached an invalidating MR after its memory's free returned (%" PRIu64
+	      " such transfers refused)", counted(C_dma_refused_freed));
+	say("# stress result: %" PRIu64 " registrations (%" PRIu64 " in the hold phase), %" PRIu64
+	    " ends, in %.1f s; at a free: %" PRIu64 " in flight, %" PRIu64 " live; %" PRIu64
+	    " deregistered by another task; %" PRIu64 " failed registrations; NIC DMA %" PRIu64
+	    " bytes (%" PRIu64 " read back and compared), CPU compared %" PRIu64 " bytes; %" PRIu64
+	    " transfers refused after a free, %" PRIu64 " reached freed memory; %" PRIu64
 	    " failslab injections, %" PRIu64 " driver failures armed, %d checks failed\n",
-	    reg_ok + ends, reg_ok, ends, elapsed / 1000.0, racing_free + foreign, racing_free,
-	    foreign, counted(C_reg_failed) + counted(C_reg_eio_removed),
-	    counted(C_bytes_written) + counted(C_bytes_read), slab,
-	    counted(C_driver_injections_armed), failures);
+	    reg_ok, counted(C_hold_registrations), ends, elapsed / 1000.0, in_flight_at_free,
+	    live_at_free, foreign, counted(C_reg_failed) + counted(C_reg_eio_removed), nic_bytes,
+	    counted(C_bytes_compared), counted(C_cpu_bytes_compared), counted(C_dma_refused_freed),
+	    counted(C_dma_reached_freed), slab, counted(C_driver_injections_armed), failures);
 	if (opt.report) {
 		FILE *f = fopen(opt.report, "w");
 
@@ -1491,10 +1530,11 @@ int main(int argc, char **argv)
 			fprintf(f, "client %s\npersistent_api_support %d\npeerdirect_support %d\n",
 				opt.client, client_param("persistent_api_support"),
 				client_param("peerdirect_support"));
-			fprintf(f, "seed %" PRIu64 "\nelapsed_ms %lld\nops %" PRIu64 "\n", opt.seed,
-				elapsed, reg_ok + ends);
-			fprintf(f, "racing %" PRIu64 "\nracing_free %" PRIu64 "\nracing_foreign %" PRIu64
-				"\n", racing_free + foreign, racing_free, foreign);
+			fprintf(f, "seed %" PRIu64 "\nelapsed_ms %lld\nregistrations %" PRIu64
+				"\nends %" PRIu64 "\n", opt.seed, elapsed, reg_ok, ends);
+			fprintf(f, "in_flight_at_free %" PRIu64 "\nlive_at_free %" PRIu64
+				"\nderegistered_by_another_task %" PRIu64 "\nnic_bytes %" PRIu64 "\n",
+				in_flight_at_free, live_at_free, foreign, nic_bytes);
 			fprintf(f, "slab_injections %" PRIu64 "\nchecks_failed %d\n", slab, failures);
 			for (int c = 0; c < C_NR; c++)
 				fprintf(f, "%s %" PRIu64 "\n", counter_names[c], counted(c));

@@ -5,8 +5,8 @@ every configuration, in a `switch` boot (IOMMU off) and a `switch-iommu` boot (I
 kind with memory_peers), each with a larger GPU BAR so that tens of thousands of registrations can
 be live at once; then the same run against NVIDIA's nvidia-peermem 550 in a boot of its own, which
 is expected to end in use-after-free reports or a crash (make check never runs it). Prints a
-summary: operations, racing operations, bytes compared, failslab injections, splats and leaks per
-boot, wall time.
+summary: registrations (the hold phase's apart), those in flight or live at a free and those ended
+by another task, bytes the NIC moved, failslab injections, splats and leaks per boot, wall time.
 
     tests/selftests/stress/stress.py [--payload DIR] [--ops N] [--hold N] [--bar-mib M]
                                      [--seconds S] [--clients peermem_rs,nvidia_peermem] [--nvidia-seconds S]
@@ -70,8 +70,12 @@ if [ -w /sys/kernel/debug/kmemleak ]; then
 fi
 """
 
-RESULT = re.compile(r"# stress result: (\d+) register/deregister operations .* in ([\d.]+) s, (\d+) racing "
-                    r"a free or a foreign deregistration \((\d+) on freed memory, (\d+) foreign\)")
+RESULT = re.compile(r"# stress result: (?P<regs>\d+) registrations \((?P<hold>\d+) in the hold phase\), "
+                    r"(?P<ends>\d+) ends, in (?P<s>[\d.]+) s; at a free: (?P<inflight>\d+) in flight, "
+                    r"(?P<live>\d+) live; (?P<foreign>\d+) deregistered by another task; .*NIC DMA "
+                    r"(?P<nic>\d+) bytes \((?P<nic_cmp>\d+) read back and compared\), CPU compared "
+                    r"(?P<cpu>\d+) bytes; (?P<refused>\d+) transfers refused after a free")
+FIELDS = ["regs", "hold", "ends", "inflight", "live", "foreign", "nic", "nic_cmp", "cpu", "refused"]
 TOTALS = re.compile(r"# stress totals: .*")
 
 
@@ -141,11 +145,8 @@ def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel,
         "name": name, "variant": variant, "client": client, "seconds": res.seconds,
         "completed": rc is not None and not res.timed_out, "rc": int(rc.group(1)) if rc else None,
         "timed_out": res.timed_out, "tests": len(ktap_lines), "failed": failed,
-        "ops": sum(int(m.group(1)) for m in results),
-        "stress_s": sum(float(m.group(2)) for m in results),
-        "racing": sum(int(m.group(3)) for m in results),
-        "racing_free": sum(int(m.group(4)) for m in results),
-        "racing_foreign": sum(int(m.group(5)) for m in results),
+        **{f: sum(int(m.group(f)) for m in results) for f in FIELDS},
+        "stress_s": sum(float(m.group("s")) for m in results),
         "configs_done": len(results),
         "totals": (TOTALS.search(output).group(0) if TOTALS.search(output) else ""),
         "splats": len(splats), "first_report": kind, "evidence": evidence,
@@ -154,7 +155,7 @@ def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel,
         "findings": [line.lstrip("# ") for line in output.splitlines()
                      if re.search(r"MISMATCH|^# FAIL: |still live|LEFT BEHIND", line)][:20],
     }
-    vm.log(f"stress: boot {name} done in {res.seconds:.0f} s: {b['ops']} operations, {b['racing']} racing, "
+    vm.log(f"stress: boot {name} done in {res.seconds:.0f} s: {b['regs']} registrations, "
            f"{len(failed)} of {len(ktap_lines)} checks failed, {b['splats']} splat lines, {b['leaks']} leaks")
     return b
 
@@ -162,8 +163,10 @@ def run_boot(name, variant, client, ops, seconds, hold, bar_mib, payload, accel,
 def describe(b):
     s = [f"## {b['name']}: {b['client']} in {b['variant']}, boot {b['seconds']:.0f} s "
          f"({b['stress_s']:.0f} s of stress in {b['configs_done']} of {CONFIGS} configurations)"]
-    s.append(f"- operations {b['ops']}, racing {b['racing']} ({b['racing_free']} on freed memory, "
-             f"{b['racing_foreign']} foreign deregistrations)")
+    s.append(f"- registrations {b['regs']} ({b['hold']} in the hold phase), ends {b['ends']}; at a free: "
+             f"{b['inflight']} in flight, {b['live']} live; {b['foreign']} deregistered by another task")
+    s.append(f"- NIC DMA {b['nic']} bytes ({b['nic_cmp']} read back and compared); CPU compared {b['cpu']} bytes; "
+             f"{b['refused']} transfers to invalidated MRs refused after their memory's free")
     if b["totals"]:
         s.append(f"- {b['totals'][2:]}")
     s.append(f"- checks: {b['tests'] - len(b['failed'])} of {b['tests']} passed; run "
@@ -263,14 +266,17 @@ def main():
         f"machine: {accel} ({reason}); GPU BAR {a.bar_mib} MiB; hold {a.hold} per configuration; "
         f"target {a.ops} operations; wall time {wall:.0f} s",
         "",
-        f"peermem-rs: {sum(b['ops'] for b in ours)} register/deregister operations, "
-        f"{sum(b['racing'] for b in ours)} racing a free or a foreign deregistration, "
+        f"peermem-rs: {sum(b['regs'] for b in ours)} registrations "
+        f"({sum(b['hold'] for b in ours)} in the hold phase); at a free "
+        f"{sum(b['inflight'] for b in ours)} in flight and {sum(b['live'] for b in ours)} live; "
+        f"{sum(b['foreign'] for b in ours)} deregistered by another task; "
+        f"NIC DMA {sum(b['nic'] for b in ours)} bytes; "
         f"{sum(len(b['failed']) for b in ours)} failed checks, {sum(b['splats'] for b in ours)} splat lines, "
         + (f"{sum(b['leaks'] for b in scanned)} leaks (kmemleak)" if scanned or FLAVOUR != "bench"
            else "no leak scan (no kmemleak)"),
     ]
     for b in theirs:
-        head.append(f"nvidia-peermem 550: {b['ops']} operations completed in {b['configs_done']} of {CONFIGS} "
+        head.append(f"nvidia-peermem 550: {b['regs']} registrations completed in {b['configs_done']} of {CONFIGS} "
                     f"configurations, {len(b['failed'])} failed checks, {b['splats']} splat lines, first "
                     f"report: {b['first_report'] or 'none'}, run "
                     f"{'completed' if b['completed'] else 'did not complete'}")

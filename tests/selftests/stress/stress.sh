@@ -89,7 +89,7 @@ live_zero() {
 
 ktap_print_header
 ktap_set_plan $(($(echo $configs | wc -w) * 5))
-tot_ops=0; tot_racing=0; tot_free=0; tot_foreign=0; tot_bytes=0; tot_slab=0; tot_fail=0; tot_ms=0
+tot_regs=0; tot_hold=0; tot_inflight=0; tot_live=0; tot_foreign=0; tot_nic=0; tot_cpu=0; tot_slab=0; tot_fail=0; tot_ms=0
 n=0
 for c in $configs; do
 	n=$((n + 1))
@@ -125,13 +125,14 @@ for c in $configs; do
 	fi
 	if [ -r "$report" ]; then
 		v() { sed -n "s/^$1 //p" "$report"; }
-		tot_ops=$((tot_ops + $(v ops))); tot_racing=$((tot_racing + $(v racing)))
-		tot_free=$((tot_free + $(v racing_free))); tot_foreign=$((tot_foreign + $(v racing_foreign)))
-		tot_bytes=$((tot_bytes + $(v bytes_compared) + $(v cpu_bytes_compared)))
+		tot_regs=$((tot_regs + $(v registrations))); tot_hold=$((tot_hold + $(v hold_registrations)))
+		tot_inflight=$((tot_inflight + $(v in_flight_at_free))); tot_live=$((tot_live + $(v live_at_free)))
+		tot_foreign=$((tot_foreign + $(v deregistered_by_another_task)))
+		tot_nic=$((tot_nic + $(v nic_bytes))); tot_cpu=$((tot_cpu + $(v cpu_bytes_compared)))
 		tot_slab=$((tot_slab + $(v slab_injections))); tot_fail=$((tot_fail + $(v checks_failed)))
 		tot_ms=$((tot_ms + $(v elapsed_ms)))
 	fi
 done
 unload_all
-echo "# stress totals: client $client, $(echo $configs | wc -w) configurations, $tot_ops register/deregister operations, $tot_racing racing ($tot_free on freed memory, $tot_foreign foreign deregistrations), $tot_bytes bytes compared, $tot_slab failslab injections, $tot_fail stress checks failed, $((tot_ms / 1000)) s of stress"
+echo "# stress totals: client $client, $(echo $configs | wc -w) configurations, $tot_regs registrations ($tot_hold in the hold phase), at a free $tot_inflight in flight and $tot_live live, $tot_foreign deregistered by another task, NIC DMA $tot_nic bytes, CPU compared $tot_cpu bytes, $tot_slab failslab injections, $tot_fail stress checks failed, $((tot_ms / 1000)) s of stress"
 ktap_finished
