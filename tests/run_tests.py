@@ -42,6 +42,16 @@ PAYLOAD = RUN / "payload"
 KEEP_RUNS = 6
 
 
+def check_source_unchanged():
+    """The payloads are built from the tree as it is when each is built (the stock boots' late in
+    the run): a tree changed meanwhile, or a commit made, leaves no one source measured, and the
+    run's `source` says so (the reports refuse such a run)."""
+    first, last = (RUN / "source").read_text().strip(), vm.source_state()
+    if last != first:
+        (RUN / "source").write_text(f"{first}, then {last}: the tree changed during the run\n")
+        log(f"the tree changed during the run ({first}, then {last}): no report may cite this run")
+
+
 def new_run_dir():
     RUN.mkdir(parents=True, exist_ok=True)
     # What the run measured: the reports made from it (docs/) name it.
@@ -361,6 +371,7 @@ def main():
     ksrc = (kdir / "source").resolve()
     build(kdir)
     if a.build_only:
+        check_source_unchanged()
         return 0
 
     if a.shell:
@@ -391,6 +402,7 @@ def main():
             futures = [pool.submit(vm_group, v, p, accel, reason, a.timeout) for v, p in plans]
             groups += [f.result() for f in futures]
     baseline.save(groups, RUN / "leaves.json", whole)
+    check_source_unchanged()
     if whole:
         expected = [CARGO_GROUP, *(name for name, _ in HOST_SCRIPTS), PACKAGING_GROUP]
         expected += [f"vm: {v}" for v in VARIANT_ORDER]

@@ -199,6 +199,11 @@ def main():
     payload = Path(a.payload)
     if not (payload / "selftests" / "races" / "races").exists():
         raise SystemExit(f"no races selftest in {payload}: run tests/run_tests.py --build-only")
+    source = payload.parent / "source"
+    source = source.read_text().strip() if source.exists() else "unknown"
+    if a.write_doc and not re.fullmatch(r"[0-9a-f]{40} clean", source):
+        raise SystemExit(f"{payload} was built from {source!r}, not from a commit with a clean tree: "
+                         "docs/race-windows.md cites the commit it measured (commit, then run_tests.py --build-only)")
     global OUT
     if a.out:
         OUT = Path(a.out).resolve()
@@ -212,8 +217,6 @@ def main():
         for pas, pds in configs:
             results[(client, pas, pds)] = sweep(client, pas, pds, payload, a.variant, accel, kdir,
                                                 a.timeout, only)
-    source = payload.parent / "source"
-    source = source.read_text().strip() if source.exists() else "unknown"
     lines = [f"Measured by `tests/selftests/races/windows.py` in the `{a.variant}` VM variant ({accel}), "
              f"on `{source}` (the commit the payload was built from, and whether the tree had changes "
              "not committed).", ""]
