@@ -128,6 +128,18 @@ static inline int write_text(const char *path, const char *text)
 	return n < 0 ? -errno : 0;
 }
 
+/* The scheduler state of thread @tid of this process ('R', 'S', 'D', ...), or 0. */
+static inline char thread_state(pid_t tid)
+{
+	char path[64], buf[256], *p;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	if (read_text(path, buf, sizeof(buf)))
+		return 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : 0;
+}
+
 /* A number in a file; LLONG_MIN if it cannot be read. */
 static inline long long read_number(const char *path)
 {

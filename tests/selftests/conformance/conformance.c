@@ -1096,18 +1096,6 @@ static void *race_free(void *arg)
 	return NULL;
 }
 
-/* The scheduler state of thread @tid ('R', 'S', 'D', ...), or 0. */
-static char thread_state(pid_t tid)
-{
-	char path[64], buf[256], *p;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-	if (read_text(path, buf, sizeof(buf)))
-		return 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : 0;
-}
-
 /*
  * cudaFree and deregistration of the same memory at once, made deterministic with the stand-in's
  * delay: the free has unlinked the pin and sleeps (holding the driver's lock, as nvidia.ko holds

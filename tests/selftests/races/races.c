@@ -237,18 +237,6 @@ static const char *stack_of(pid_t tid)
 	return buf;
 }
 
-/* The state letter of task @tid (R, S, D, ...), or 0. */
-static char task_state(pid_t tid)
-{
-	char path[64], buf[512], *p;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-	if (read_text(path, buf, sizeof(buf)))
-		return 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' ? p[2] : 0;
-}
-
 /* Is task @tid blocked on a mutex of peermem-rs: in uninterruptible sleep (a mutex's wait) with
  * peermem-rs's own code as the top frame (mutex_lock's slow path is a scheduler function, not
  * listed; rustc inlines the lock call into its caller)? */
@@ -257,7 +245,7 @@ static int blocked_in_our_mutex(pid_t tid)
 	const char *stack = stack_of(tid);
 	const char *eol = strchr(stack, '\n');
 
-	if (!eol || task_state(tid) != 'D')
+	if (!eol || thread_state(tid) != 'D')
 		return 0;
 	return memmem(stack, eol - stack, "[peermem_rs]", 12) != NULL;
 }
