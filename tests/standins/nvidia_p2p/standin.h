@@ -133,6 +133,7 @@ enum standin_fn {
 	X(unregisters)			\
 	X(stale_put_pages)		\
 	X(reused_put_pages)		\
+	X(internal_put_pages)		\
 	X(recycled_pins)		\
 	X(foreign_put_pages)		\
 	X(stale_dma_unmaps)		\
@@ -140,6 +141,7 @@ enum standin_fn {
 	X(peer_mismatch_warnings)	\
 	X(topology_refusals)		\
 	X(bar1_refusals)		\
+	X(persistent_refusals)		\
 	X(lookup_failures)		\
 	X(dma_map_errors)		\
 	X(callback_reentries)		\
@@ -196,6 +198,12 @@ struct standin_state {
 	 * quarantine keeps the test kernel from reusing it by itself.
 	 */
 	bool recycle_freed_pins;
+	/*
+	 * recycle_into_persistent (debugfs, with recycle_freed_pins): the kept pin goes to the next
+	 * persistent pin instead (nvidia.ko allocates both kinds as one nv_p2p_mem_info, 550
+	 * nv-p2p.c:44-53, so either can land on a freed one's address).
+	 */
+	bool recycle_into_persistent;
 	struct standin_pin *recycled;	/* under recycle_lock */
 	spinlock_t recycle_lock;
 };
@@ -210,6 +218,8 @@ extern unsigned int grdma_pci_topo_check_override;
 extern bool passthrough_vm;
 extern bool p2p_unsupported_chipset;
 extern bool cost_model;
+extern bool mig_enabled;
+extern int internal_object_pid;
 u32 standin_page_table_version(void);
 
 #define count_inc(name)		atomic64_inc(&standin.c.name)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * NVIDIA P2P stand-in: debugfs (/sys/kernel/debug/nvidia_p2p_standin/). One read-only file per
- * counter plus `counters` (all of them), `free_callback_delay_ms`, `recycle_freed_pins` (standin.h),
+ * counter plus `counters` (all of them), `free_callback_delay_ms`, `recycle_freed_pins`, `recycle_into_persistent` (standin.h),
  * `race` (standin_race.c), and
  * `inject`:
  *
@@ -145,6 +145,7 @@ void standin_debugfs_init(void)
 	debugfs_create_file("inject", 0644, dir, NULL, &inject_fops);
 	debugfs_create_u32("free_callback_delay_ms", 0644, dir, &standin.free_callback_delay_ms);
 	debugfs_create_bool("recycle_freed_pins", 0644, dir, &standin.recycle_freed_pins);
+	debugfs_create_bool("recycle_into_persistent", 0644, dir, &standin.recycle_into_persistent);
 	standin_race_init(dir);
 }
 

@@ -150,6 +150,32 @@ bool cost_model;
 module_param(cost_model, bool, 0644);
 MODULE_PARM_DESC(cost_model, "make pins and unpins cost what nvidia.ko's do (default N: off)");
 
+/*
+ * The GPU is in MIG mode. 535 and 550 refuse persistent pins then (RmP2PGetGpuByAddress, the first
+ * section of get_pages_persistent: MIG, APM, vGPU and PPC64LE are "unsupported configs", 550.163.01
+ * src/nvidia/src/kernel/gpu/bus/p2p.c:1370-1377, NV_ERR_NOT_SUPPORTED, -ENOTSUPP through
+ * nv-p2p.c's status map); 555 and later pin in the MIG instance's internal object (595 p2p.c
+ * RmP2PGetPagesPersistent, RmP2PGetMigInfo). Non-persistent pins work in both.
+ */
+bool mig_enabled;
+module_param(mig_enabled, bool, 0644);
+MODULE_PARM_DESC(mig_enabled,
+		 "the GPU is in MIG mode: generation 550 refuses persistent pins (-ENOTSUPP), 570+ pins");
+
+/*
+ * The tgid of the process that created RM's internal P2P object (the GPU's first opener, when RM
+ * initialised the GPU in its context): that object's pid list holds it, so its put_pages searches
+ * the internal object, persistent pins included (thirdpartyp2pConstruct records the creating
+ * process, 550.163.01 src/nvidia/src/kernel/gpu/bus/third_party_p2p.c:75, 153-164; the internal
+ * object is made at GPU state init, src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c:552, 1000-1050;
+ * the lookup walks every object whose pid list holds the caller, third_party_p2p.c:300-342).
+ * 0: nobody's (nvidia-persistenced, or a GPU initialised by a process that has gone).
+ */
+int internal_object_pid;
+module_param(internal_object_pid, int, 0644);
+MODULE_PARM_DESC(internal_object_pid,
+		 "tgid whose put_pages also searches RM's internal object of persistent pins (default 0: none)");
+
 /* 580+: NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET (Grace, Ampere Altra, AmpereOne in nvidia.ko). */
 bool p2p_unsupported_chipset;
 module_param(p2p_unsupported_chipset, bool, 0644);

@@ -35,14 +35,16 @@ void standin_p2p_exit(void)
 }
 
 /*
- * A new non-persistent pin: the one freed last when recycle_freed_pins is set (the address a slab
- * allocator without KASAN's quarantine would give), else a new allocation.
+ * A new pin: when recycle_freed_pins is set, the non-persistent pin freed last (the address a slab
+ * allocator without KASAN's quarantine would give) goes to the next non-persistent pin, or with
+ * recycle_into_persistent to the next persistent one; else a new allocation.
  */
 static struct standin_pin *pin_alloc(bool persistent)
 {
 	struct standin_pin *pin = NULL;
 
-	if (!persistent && READ_ONCE(standin.recycle_freed_pins)) {
+	if (persistent == READ_ONCE(standin.recycle_into_persistent) &&
+	    READ_ONCE(standin.recycle_freed_pins)) {
 		spin_lock(&standin.recycle_lock);
 		swap(pin, standin.recycled);
 		spin_unlock(&standin.recycle_lock);

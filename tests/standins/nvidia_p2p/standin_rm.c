@@ -384,7 +384,12 @@ int rm_p2p_get_gpu_info(u64 va, u64 len, u8 **uuid)
 	if (ret)
 		return ret;
 	a = rm_lookup(va, len);
-	if (a) {
+	if (a && READ_ONCE(mig_enabled) && READ_ONCE(generation) < 570) {
+		/* 535/550: MIG is an "unsupported config" for persistent pins (mig_enabled). */
+		count_inc(persistent_refusals);
+		standin_alloc_put(a);
+		ret = -ENOTSUPP;
+	} else if (a) {
 		*uuid = rm_copy_uuid();
 		ret = *uuid ? 0 : -ENOMEM;
 		standin_alloc_put(a);
@@ -459,6 +464,7 @@ u64 rm_newest_pin_serial(void)
 
 int rm_p2p_put_pages(const void *key, u64 newest_at_call)
 {
+	pid_t creator = READ_ONCE(internal_object_pid);
 	struct rm_record *r;
 	int ret;
 
@@ -466,6 +472,17 @@ int rm_p2p_put_pages(const void *key, u64 newest_at_call)
 	if (ret)
 		return ret;
 	r = record_find(key, RM_OBJ_PROCESS, current->tgid);
+	if (!r && creator && creator == current->tgid) {
+		/*
+		 * The creator of RM's internal object is in its pid list, so its put_pages finds a
+		 * persistent pin by key too (internal_object_pid), and RM deletes it as it would a
+		 * pin of the process; nv-p2p then frees the table under its owner. nvidia.ko also
+		 * leaks the memory handle RM dup'ed for the pin; the stand-in drops its reference.
+		 */
+		r = record_find(key, RM_OBJ_INTERNAL, 0);
+		if (r)
+			count_inc(internal_put_pages);
+	}
 	if (r) {
 		if (r->serial > newest_at_call) {
 			count_inc(reused_put_pages);
