@@ -264,6 +264,8 @@ err_peers:
 err_unlock:
 	mutex_unlock(&pmh_clients_mutex);
 	kobject_put(&c->kobj);
+	/* The registering module's init is about to fail, its other clients still registered. */
+	pmh_race(PMH_RACE_REGISTER_REFUSED);
 	return NULL;
 }
 EXPORT_SYMBOL(ib_register_peer_memory_client);

@@ -68,6 +68,7 @@ static struct race_point race_points[PMH_RACE_NR] = {
 	[PMH_RACE_DEREG_BEFORE_STOP] = { .name = "dereg.before_stop" },
 	[PMH_RACE_DEREG_STOPPED] = { .name = "dereg.stopped" },
 	[PMH_RACE_DEREG_BEFORE_RELEASE] = { .name = "dereg.before_release" },
+	[PMH_RACE_REGISTER_REFUSED] = { .name = "register.refused" },
 };
 
 static bool race_released(struct race_point *p, u32 gen)
