@@ -24,9 +24,9 @@
 //! # The notification-pin lock
 //!
 //! `N_PINS` (below, with its rules) is a module-wide mutex held around peermem-rs's own
-//! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins, outside the driver's
-//! RM API lock and never in the free callback: an unpin racing a teardown must not name a table
-//! address another of our pins has taken meanwhile.
+//! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins and around acquire's
+//! persistent pin, outside the driver's RM API lock and never in the free callback: an unpin
+//! racing a teardown must not name a table address another of our pins has taken meanwhile.
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -203,13 +203,24 @@ static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, (
 // callback marks it before the driver frees the table): then no pin of ours can take the address
 // of the table the unpin names until the unpin has returned.
 //
-// Protects: nothing but that order; no data. Taken by `Op::PinN` and `Op::UnpinN` only, around
-// the driver call, never in the free callback, never with the registration lock held (that lock
-// is taken and dropped inside it). Order: `N_PINS` -> the driver's RM API lock (taken inside
-// get_pages / put_pages). Both ops are made only where the state machine allows taking the API
-// lock (`Op::takes_driver_api_lock`), so a task waiting here holds nothing a holder of the API
-// lock waits for, and a holder of the API lock (a teardown, our callback under it) never takes
-// this lock: no cycle.
+// Persistent pins too: the driver looks a key up in every P2P object whose pid list holds the
+// caller, and the list of RM's internal object, where persistent pins live, holds the process
+// that created it: the GPU's first opener, often the CUDA job itself when no
+// nvidia-persistenced runs (thirdpartyp2pConstruct, 550.163.01 third_party_p2p.c:75, 153-164;
+// the lookup, 300-342). Its stale unpin would free a live persistent table that took the address
+// (both kinds are one `nv_p2p_mem_info` allocation). So acquire's persistent pin is made under
+// this lock as well.
+//
+// Protects: nothing but that order; no data. Taken by `Op::PinN` and `Op::UnpinN`, around the
+// driver call, and by acquire around its persistent pin; never in the free callback, never with
+// the registration lock held (that lock is taken and dropped inside it). Order: the host's
+// `peer_memory_mutex` (held around acquire) -> `N_PINS` -> the driver's RM API lock (taken inside
+// get_pages / put_pages). `Op::PinN` and `Op::UnpinN` are made only where the state machine
+// allows taking the API lock (`Op::takes_driver_api_lock`), and acquire holds no mapping lock
+// (the host has no memory region yet), so a task waiting here holds nothing a holder of the API
+// lock waits for; a holder of the API lock (a teardown, our callback under it, which takes a
+// mapping lock) never takes this lock or `peer_memory_mutex`; and no holder of this lock takes
+// `peer_memory_mutex`: no cycle.
 //
 // Left open: a pin made by another module in the same process (gdrdrv, for one) can still take
 // the address between a teardown and our unpin; nvidia.ko gives a client no way to close that.
@@ -428,7 +439,13 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
     let Some(module) = ModuleRef::get() else {
         return no(EINVAL_NR, Cause::Unloading);
     };
-    let p = match PersistentPin::get(range) {
+    // Under `N_PINS`: the driver may find a persistent pin by its address too (see the lock's
+    // rules), so no pin of ours may take the address a stale unpin names.
+    let pinned = {
+        let _n_pins = N_PINS.lock();
+        PersistentPin::get(range)
+    };
+    let p = match pinned {
         Ok(p) => p,
         Err(e) => return no(-e.to_errno(), Cause::of_pin_errno(-e.to_errno())),
     };

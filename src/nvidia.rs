@@ -218,7 +218,9 @@ pub(crate) unsafe fn get_pages(
 }
 
 /// `nvidia_p2p_put_pages` of a non-persistent pin. The driver looks `key` up among the pins of the
-/// calling process (token 0) and answers 0 also when it finds nothing: a pin of another process,
+/// P2P objects whose pid list holds the calling process (token 0): its own object, objects of
+/// MPS servers it registered with, and RM's internal object of persistent pins when it created
+/// it. It answers 0 also when it finds nothing: a pin of another process,
 /// one it already tore down, or any key from a task with no pins (a kworker). Only from the pinning
 /// process, with no teardown of the pin having started, does 0 mean "unpinned, no callback will
 /// come".
@@ -231,8 +233,10 @@ pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
     // window open to every client that calls put_pages while the memory may be freed
     // (nvidia-peermem too). peermem-rs calls this only from the pinning process, holding `N_PINS`
     // (src/client.rs), under which it checked that the callback had not torn N down and under
-    // which no pin of its own is made, so none of its pins can take the address; a pin made
-    // meanwhile by another module of the process can (model: crates/protocol-model,
+    // which no pin of its own is made, persistent ones included (the caller's P2P objects can be
+    // RM's internal one, which holds persistent pins, when the caller created it: 550
+    // third_party_p2p.c:75, 153-164, 300-342), so none of its pins can take the address; a pin
+    // made meanwhile by another module of the process can (model: crates/protocol-model,
     // `Bug::StaleUnpin`).
     check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), key.0.as_ptr()) })
 }

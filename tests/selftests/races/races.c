@@ -358,6 +358,8 @@ FIXTURE_TEARDOWN(race)
 	race_clear(NV);
 	race_clear(HOST);
 	write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "0");
+	write_text("/sys/kernel/debug/" NV "/recycle_into_persistent", "0");
+	write_text("/sys/module/" NV "/parameters/internal_object_pid", "0");
 	if (self->pmh >= 0)
 		close(self->pmh);
 	/* The allocation, unless the test freed it (its mapping would keep it alive). */
@@ -696,6 +698,87 @@ TEST_F(race, stale_unpin_while_another_registration_pins)
 		EXPECT_EQ(0, gpu_free(self->gpu, other_handle));
 		EXPECT_LT(callbacks, gpu_counter("free_callbacks"))
 			TH_LOG("freeing the other memory called back none of its pins: its pin was unpinned");
+		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
+		EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
+		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
+	} else {
+		gpu_free(self->gpu, other_handle);
+	}
+	munmap(other, LEN);
+}
+
+/* The stale unpin again, with a persistent pin as the one that takes the torn-down table's
+ * address. Here the registering process is the one that created RM's internal P2P object (the
+ * GPU's first opener, as a CUDA job is on a node without nvidia-persistenced), so its put_pages
+ * searches that object's persistent pins too (the stand-in's internal_object_pid; 550
+ * third_party_p2p.c:75, 153-164, 300-342). The deregistration's put_pages is held before the API
+ * lock; cudaFree tears its callback pin down; then a registration of other memory in the same
+ * process makes its persistent pin (acquire's) and gets the freed table's address. Had that pin
+ * been made before the held put_pages goes on, the put_pages would unpin it and free its live
+ * table (the stand-in's reused_put_pages and internal_put_pages; a use after free at that
+ * registration's deregistration). peermem-rs takes N_PINS around its persistent pins as well, so
+ * the acquire waits until the held put_pages has returned having found nothing. nvidia-peermem 550
+ * makes no persistent pin. */
+TEST_F(race, stale_unpin_while_another_registration_acquires)
+{
+	struct free_arg f = { self->gpu, self->handle };
+	struct dereg_arg d = { self->pmh };
+	long long reused = gpu_counter("reused_put_pages");
+	long long internal = gpu_counter("internal_put_pages");
+	long long recycled = gpu_counter("recycled_pins");
+	long long callbacks = gpu_counter("free_callbacks");
+	struct pmh_reg_mr mr;
+	struct pmh_query_mr q;
+	struct bg_call c, dc;
+	struct bg_reg r;
+	const char *where;
+	uint8_t *other;
+	__u64 other_handle;
+	char pid[16];
+
+	if (!invalidating())
+		SKIP(return, "not applicable: the persistent client's pins are torn down by no free");
+	if (!ours())
+		SKIP(return, "not applicable: nvidia-peermem 550 makes no persistent pin");
+	other = gpu_alloc(self->gpu, LEN, &other_handle);
+	ASSERT_NE(NULL, other);
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/internal_object_pid", pid));
+	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_into_persistent", "1"));
+	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	d.mr = mr.handle;
+	race_gate(NV, "put_pages.before_lock", 0);
+	bg_call_start(&dc, do_dereg, &d);
+	ASSERT_LT(0, race_wait_held(NV, "put_pages.before_lock", HELD_MS));
+	bg_call_start(&c, do_free, &f);
+	where = racer_arrived(&c.tid, &c.done);
+	ASSERT_STREQ("finished", where ? where : "(nowhere)")
+		TH_LOG("the free did not run to its end while the put_pages was held; its stack:\n%s", stack_of(c.tid));
+	EXPECT_EQ(0, bg_call_join(&c));
+	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
+	/* The other registration's acquire pins persistently now, or waits for the held put_pages. */
+	bg_reg_start(&r, self->pmh, other, LEN, PMH_REG_WRITE);
+	where = racer_arrived(&r.tid, &r.done);
+	EXPECT_NE(NULL, where) TH_LOG("the other registration neither finished nor came to a lock; its stack:\n%s",
+				      stack_of(r.tid));
+	TH_LOG("the other registration %s", where ? where : "(nowhere)");
+	race_open(NV, "put_pages.before_lock");
+	EXPECT_EQ(0, bg_call_join(&dc));
+	EXPECT_EQ(0, bg_reg_join(&r));
+	/* The window was there: the other registration's persistent pin got the freed address. */
+	EXPECT_LT(recycled, gpu_counter("recycled_pins"));
+	EXPECT_EQ(reused, gpu_counter("reused_put_pages"))
+		TH_LOG("a put_pages unpinned a pin made after it began: the other registration's persistent pin");
+	EXPECT_EQ(internal, gpu_counter("internal_put_pages"))
+		TH_LOG("a put_pages found a persistent pin in RM's internal object");
+	/* The other registration is whole: mapped, revoked by its own free, deregistered cleanly. */
+	if (!r.rc) {
+		callbacks = gpu_counter("free_callbacks");
+		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
+		EXPECT_EQ(PMH_MR_MAPPED, q.state);
+		EXPECT_EQ(0, gpu_free(self->gpu, other_handle));
+		EXPECT_LT(callbacks, gpu_counter("free_callbacks"));
 		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
 		EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
 		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
