@@ -447,7 +447,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
     };
     let p = match pinned {
         Ok(p) => p,
-        Err(e) => return no(-e.to_errno(), Cause::of_pin_errno(-e.to_errno())),
+        Err(e) => return no(-e.to_errno(), Cause::of_persistent_pin_errno(-e.to_errno())),
     };
     if p.header().check(range.pages()).is_err() {
         let _ = p.put(range);

@@ -35,11 +35,14 @@ pub enum Cause {
     /// The client is still being registered with the host (its invalidate function is not known
     /// yet): a registration racing module load.
     NotReady,
+    /// The driver refuses persistent pins of this GPU's memory (ENOTSUPP from
+    /// get_pages_persistent): MIG, vGPU, APM or PPC64LE on 535 and 550, APM on every driver.
+    PersistentPinsUnsupported,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Cause; 12] = [
+    pub const ALL: [Cause; 13] = [
         Cause::BadRange,
         Cause::NotGpuMemory,
         Cause::Bar1Exhausted,
@@ -52,6 +55,7 @@ impl Cause {
         Cause::DriverError,
         Cause::Unloading,
         Cause::NotReady,
+        Cause::PersistentPinsUnsupported,
     ];
     /// Number of causes.
     pub const COUNT: usize = Self::ALL.len();
@@ -76,6 +80,7 @@ impl Cause {
             Cause::DriverError => "driver_error",
             Cause::Unloading => "unloading",
             Cause::NotReady => "not_ready",
+            Cause::PersistentPinsUnsupported => "persistent_pins_unsupported",
         }
     }
 
@@ -110,6 +115,13 @@ impl Cause {
             Cause::NotReady => {
                 "peermem-rs is still registering with the peer-memory host: retry in a moment"
             }
+            Cause::PersistentPinsUnsupported => {
+                "the NVIDIA driver refuses persistent pins on this GPU, and peermem-rs maps only \
+                 persistent pins: drivers 535 and 550 refuse them on MIG-enabled GPUs, in vGPU \
+                 guests, with APM (confidential computing) and on PPC64LE; 555 and later pin on MIG \
+                 and vGPU. Use driver 555 or later, or NVIDIA's nvidia-peermem, or DMA-BUF \
+                 (ibv_reg_dmabuf_mr); gdr-doctor names the case"
+            }
         }
     }
 
@@ -119,6 +131,16 @@ impl Cause {
             EINVAL => Cause::NotGpuMemory,
             ENOMEM => Cause::Bar1Exhausted,
             _ => Cause::DriverError,
+        }
+    }
+
+    /// The cause of an errno returned by the NVIDIA driver's persistent pin
+    /// (get_pages_persistent): its ENOTSUPP is the refusal of persistent pins on this GPU (550
+    /// p2p.c `RmP2PGetGpuByAddress`; peermem-rs passes no flag that could be refused).
+    pub fn of_persistent_pin_errno(errno: i32) -> Cause {
+        match errno {
+            ENOTSUPP | EOPNOTSUPP => Cause::PersistentPinsUnsupported,
+            _ => Cause::of_pin_errno(errno),
         }
     }
 
@@ -160,6 +182,12 @@ mod tests {
         assert_eq!(Cause::of_pin_errno(EINVAL), Cause::NotGpuMemory);
         assert_eq!(Cause::of_pin_errno(ENOMEM), Cause::Bar1Exhausted);
         assert_eq!(Cause::of_pin_errno(5), Cause::DriverError);
+        assert_eq!(
+            Cause::of_persistent_pin_errno(ENOTSUPP),
+            Cause::PersistentPinsUnsupported
+        );
+        assert_eq!(Cause::of_persistent_pin_errno(ENOMEM), Cause::Bar1Exhausted);
+        assert_eq!(Cause::of_pin_errno(ENOTSUPP), Cause::DriverError);
         assert_eq!(Cause::of_map_errno(ENOTSUPP), Cause::TopologyUnsupported);
     }
 }

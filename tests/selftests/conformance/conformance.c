@@ -1002,6 +1002,31 @@ static void scenario_driver_errors(void)
 }
 
 /*
+ * A GPU in MIG mode on a 535/550 driver: the driver refuses persistent pins (the stand-in's
+ * mig_enabled; 550 p2p.c RmP2PGetGpuByAddress) and pins non-persistently as before.
+ */
+static void scenario_mig(void)
+{
+	struct pmh_reg_mr mr;
+	__u64 handle;
+	uint8_t *va;
+
+	if (!begin("mig.persistent_pins_refused", "MIG_mode_on_a_550_driver:_persistent_pins_refused_(ENOTSUPP)"))
+		return;
+	va = alloc_gpu(GPU_PAGE, &handle, NULL);
+	if (write_text(STANDIN_PARAMS "mig_enabled", "1"))
+		die("mig_enabled", errno);
+	if (!reg("reg", va, GPU_PAGE, PMH_REG_WRITE, &mr))
+		dereg("dereg.rc", mr.handle);
+	if (!reg("reg_nc", va, GPU_PAGE, PMH_REG_WRITE | PMH_REG_NO_INVALIDATE, &mr))
+		dereg("dereg_nc.rc", mr.handle);
+	if (write_text(STANDIN_PARAMS "mig_enabled", "0"))
+		die("mig_enabled", errno);
+	free_gpu(NULL, handle);
+	end();
+}
+
+/*
  * The driver refuses the unpin at deregistration (nvidia_p2p_put_pages fails), then the memory
  * is freed, so the driver calls the free callback of a pin whose registration is gone.
  */
@@ -1242,6 +1267,7 @@ static void part_switch(void)
 
 	scenario_bar1();
 	scenario_driver_errors();
+	scenario_mig();
 	scenario_unpin_fails_then_free();
 
 	free_while_registered("free.invalidating", "cudaFree_while_registered_(invalidating_client,_ex_client_on_a_5.x_host)",

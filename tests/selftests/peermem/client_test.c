@@ -440,6 +440,7 @@ TEST_F_TIMEOUT(gpu, driver_errors_propagate_with_their_cause, 120)
 		{ "get_pages", 0, 1, EIO, "error_driver_error", "the NVIDIA driver failed" },
 		{ "get_pages", 0, 1, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
 		{ "get_pages_persistent", 1, 0, ENOMEM, "error_bar1_exhausted", "BAR1 aperture is full" },
+		{ "get_pages_persistent", 1, 0, 524, "error_persistent_pins_unsupported", "refuses persistent pins" },
 		{ "dma_map_pages", 0, 0, 524, "error_topology_unsupported", "refuses peer-to-peer DMA" },
 		{ "dma_map_pages", 0, 0, ENOMEM, "error_out_of_memory", "out of kernel memory" },
 	};
@@ -451,7 +452,7 @@ TEST_F_TIMEOUT(gpu, driver_errors_propagate_with_their_cause, 120)
 	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
 	ASSERT_NE(NULL, va);
 	/* peermem-rs prints at most 10 refusals per 5 s (stats.rs): the tests before this one may
-	 * have used the window up, so start a new one; the 5 cases below fit in it. */
+	 * have used the window up, so start a new one; the 6 cases below fit in it. */
 	usleep(5200 * 1000);
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		long long before = peermem_stat(cases[c].cause);
