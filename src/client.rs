@@ -320,8 +320,9 @@ impl RegCtx {
             Op::DriverBarrier => {
                 let r = nvidia::wait_for_teardowns();
                 if r.is_err() {
-                    // The state machine asks again; give the driver a moment to find memory.
-                    kapi::sleep_ms(1);
+                    // The state machine asks again, a bounded number of times; give the driver
+                    // a moment (to find memory, to leave a state its lock refuses).
+                    kapi::sleep_ms(100);
                 }
                 r.map_err(errno)
             }
@@ -401,6 +402,13 @@ impl WorkItem for RegCtx {
         let _ = this
             .as_arc_borrow()
             .drive(Actor::Work, &mut HostArgs::none());
+        if this.inner.lock().state.take_keep() {
+            // Nothing shows that the driver's teardown has returned from our callback: keep this
+            // reference for good (the registration and the module stay until reboot) rather than
+            // free them under it.
+            core::mem::forget(this);
+            return;
+        }
         // `this` goes here, perhaps the last reference and the module's with it: the workqueue
         // core runs next, and module exit's destroy_workqueue waits for this function to return.
     }

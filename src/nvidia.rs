@@ -245,8 +245,11 @@ pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
 /// `nvidia_p2p_put_pages` that can find no pin. The driver takes its RM API lock for it before it
 /// looks for the key (osapi.c 550:4689) and answers 0 for a key it does not find (nv-p2p.c
 /// 550:330-335); every teardown of a non-persistent pin holds that lock across the client's
-/// callback and the frees (third_party_p2p.c 550:556-609). An error means the driver failed before
-/// taking the lock (it could not enter RM: out of memory) and has not waited.
+/// callback and the frees (third_party_p2p.c 550:556-609). An error means the driver may not have
+/// waited: it could not allocate its stack (`-ENOMEM`, before RM), or RM refused its lock
+/// (`NV_ERR_NOT_READY`, `NV_ERR_INVALID_LOCK_STATE`) or failed after it; nv-p2p.c WARNs at every
+/// RM error but "not found" (550 nv-p2p.c:324-338). Its caller asks again a bounded number of times
+/// (`BARRIER_TRIES` in `logic::registration`), then keeps its reference for good.
 ///
 /// Drivers before 535 read the table before the lookup (the GPU UUID and the pin's flags), so this
 /// exists only in builds for the persistent API (535 and later); peermem-rs refuses its

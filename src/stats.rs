@@ -46,6 +46,7 @@ static LATE_CALLBACKS: Counter = Counter::new();
 static FOREIGN_UNPINS: Counter = Counter::new();
 static UNPIN_FAILURES: Counter = Counter::new();
 static DEFERRED_UNPINS: Counter = Counter::new();
+static KEPT_REGISTRATIONS: Counter = Counter::new();
 static ERRORS: [Counter; Cause::COUNT] = [const { Counter::new() }; Cause::COUNT];
 
 pub(crate) fn registration_created() {
@@ -83,6 +84,7 @@ pub(crate) fn snapshot() -> Snapshot {
         foreign_unpins: FOREIGN_UNPINS.get(),
         unpin_failures: UNPIN_FAILURES.get(),
         deferred_unpins: DEFERRED_UNPINS.get(),
+        kept_registrations: KEPT_REGISTRATIONS.get(),
         ..Default::default()
     };
     for c in Cause::ALL {
@@ -166,6 +168,19 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
                 } else {
                     "the driver keeps the pin"
                 }
+            ));
+        }
+        Event::BarrierFailed(errno) => {
+            KEPT_REGISTRATIONS.add(1);
+            say(format_args!(
+                "{}: the NVIDIA driver failed {} times (last errno -{}) to show that its teardown of \
+                 GPU VA {:#x}+{:#x} has returned from peermem-rs's callback; the registration is \
+                 kept, and peermem-rs stays loaded until reboot, rather than freed under it\n",
+                client,
+                crate::logic::registration::BARRIER_TRIES,
+                errno,
+                range.start(),
+                range.len()
             ));
         }
         Event::ReleasedWithoutPutPages => {

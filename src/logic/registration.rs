@@ -170,7 +170,14 @@ pub enum Event {
     LateCallback,
     /// The host released a registration it had not unpinned (a host bug); we unpin it.
     ReleasedWithoutPutPages,
+    /// [`BARRIER_TRIES`] `DriverBarrier`s failed (the last errno): the work item keeps its
+    /// reference, so the registration and the module stay (until reboot).
+    BarrierFailed(i32),
 }
+
+/// How many `DriverBarrier`s in a row may fail before the work item gives up waiting and keeps
+/// its reference.
+pub const BARRIER_TRIES: u8 = 10;
 
 /// Why a host call fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -361,6 +368,11 @@ pub struct Registration {
     /// A callback handed its reference to the work item: the work item waits for the teardown
     /// that called it to finish (`DriverBarrier`) before it lets that reference go.
     barrier_pending: bool,
+    /// `DriverBarrier`s that failed in a row (reset by one that succeeds).
+    barrier_failures: u8,
+    /// [`BARRIER_TRIES`] barriers failed: nothing shows the teardown has returned, so the work
+    /// item keeps its reference for good (taken by [`Registration::take_keep`]).
+    keep: bool,
     /// The host's invalidate was called for this registration. An "ex" host
     /// (`PEER_MEM_INVALIDATE_UNMAPS`) then calls neither dma_unmap nor put_pages for it before
     /// release (peer_mem.c: the MR is marked invalidated and its deregistration skips the unmap).
@@ -389,6 +401,8 @@ impl Registration {
             work_queued: false,
             work_running: false,
             barrier_pending: false,
+            barrier_failures: 0,
+            keep: false,
             invalidated: false,
         }
     }
@@ -538,6 +552,12 @@ impl Registration {
         true
     }
 
+    /// Must the work item keep its reference for good ([`BARRIER_TRIES`] barriers failed)? True
+    /// once: the one reference kept is the running work item's.
+    pub fn take_keep(&mut self) -> bool {
+        core::mem::take(&mut self.keep)
+    }
+
     /// The work item started running.
     pub fn begin_work(&mut self) {
         self.work_queued = false;
@@ -593,8 +613,23 @@ impl Registration {
                 Commit::Nothing
             }
             Actor::Work => {
-                if op == Op::DriverBarrier && result.is_err() {
-                    self.barrier_pending = true;
+                if op == Op::DriverBarrier {
+                    match result {
+                        Ok(()) => self.barrier_failures = 0,
+                        Err(errno) => {
+                            // The driver failed before or after taking its API lock: it may not
+                            // have waited. Ask again, a bounded number of times (each failure
+                            // after the lock is a WARN in nv-p2p.c); then keep the reference
+                            // rather than free the registration under a callback.
+                            self.barrier_failures = self.barrier_failures.saturating_add(1);
+                            if self.barrier_failures < BARRIER_TRIES {
+                                self.barrier_pending = true;
+                            } else {
+                                self.keep = true;
+                                self.work_pending.note = Some(Event::BarrierFailed(errno));
+                            }
+                        }
+                    }
                 }
                 Commit::Nothing
             }
@@ -1064,6 +1099,32 @@ mod tests {
             [Op::DriverBarrier, Op::DriverBarrier, Op::UnmapP, Op::UnpinP]
         );
         assert!(r.quiescent());
+    }
+
+    #[test]
+    fn a_barrier_that_keeps_failing_is_given_up_and_the_reference_kept() {
+        let mut r = mapped(Flavour::Invalidating);
+        assert!(r.begin_callback());
+        assert_eq!(run(&mut r, Actor::Callback, ok).1, Ok(()));
+        r.begin_work();
+        let (steps, _) = run(&mut r, Actor::Work, |_, op| {
+            if op == Op::DriverBarrier {
+                return Err(crate::logic::cause::ENOMEM);
+            }
+            Ok(())
+        });
+        let barriers = calls(&steps)
+            .iter()
+            .filter(|&&op| op == Op::DriverBarrier)
+            .count();
+        assert_eq!(barriers, usize::from(BARRIER_TRIES));
+        assert!(steps.contains(&Step::Note(Event::BarrierFailed(
+            crate::logic::cause::ENOMEM
+        ))));
+        // P is still let go of; the reference is kept, once.
+        assert!(!r.holds_persistent_pin());
+        assert!(r.take_keep());
+        assert!(!r.take_keep());
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct Snapshot {
     /// Persistent pins unpinned by peermem-rs's work item (after an invalidation, or for a host
     /// call made while a free callback ran).
     pub deferred_unpins: u64,
+    /// Registrations kept until reboot because the driver failed, again and again, to show that
+    /// its teardown had returned from peermem-rs's free callback.
+    pub kept_registrations: u64,
     /// Refusals by cause, indexed by `Cause::index`.
     pub errors: [u64; Cause::COUNT],
 }
@@ -54,6 +57,7 @@ impl fmt::Display for Snapshot {
         writeln!(f, "foreign_unpins {}", self.foreign_unpins)?;
         writeln!(f, "unpin_failures {}", self.unpin_failures)?;
         writeln!(f, "deferred_unpins {}", self.deferred_unpins)?;
+        writeln!(f, "kept_registrations {}", self.kept_registrations)?;
         for c in Cause::ALL {
             writeln!(f, "error_{} {}", c.name(), self.errors[c.index()])?;
         }
@@ -77,6 +81,6 @@ mod tests {
         let text = s.to_string();
         assert!(text.starts_with("live_registrations 2\npinned_bytes 131072\n"));
         assert!(text.contains("\nerror_bar1_exhausted 3\n"));
-        assert_eq!(text.lines().count(), 11 + Cause::COUNT);
+        assert_eq!(text.lines().count(), 12 + Cause::COUNT);
     }
 }

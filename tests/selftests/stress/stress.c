@@ -1107,7 +1107,7 @@ static const char *const nv_counters[] = {
 	"foreign_put_pages", "stale_put_pages", "reused_put_pages", "stale_dma_unmaps",
 	"injected_failures", "callback_reentries", "bad_put_pages", "leaked_by_driver",
 	"peer_mismatch_warnings", "bar1_refusals", "lookup_failures", "total_allocations",
-	"race_gate_timeouts",
+	"race_gate_timeouts", "internal_put_pages",
 };
 static const char *const host_counters[] = {
 	"reg_ok", "reg_failed", "peer_reg_unwound", "release_calls", "kworker_deregs",
@@ -1116,7 +1116,7 @@ static const char *const host_counters[] = {
 };
 static const char *const client_counters[] = {
 	"acquired", "registrations", "releases", "invalidations", "invalidations_skipped",
-	"late_callbacks", "foreign_unpins", "unpin_failures", "deferred_unpins",
+	"late_callbacks", "foreign_unpins", "unpin_failures", "deferred_unpins", "kept_registrations",
 	"error_out_of_memory", "error_freed_while_registering", "error_driver_error",
 	"error_bar1_exhausted", "error_not_gpu_memory", "error_host_protocol",
 };
@@ -1498,8 +1498,11 @@ int main(int argc, char **argv)
 	check(delta(&before, &after, "callback_reentries") == 0 &&
 	      delta(&before, &after, "bad_put_pages") == 0 &&
 	      delta(&before, &after, "reused_put_pages") == 0 &&
+	      delta(&before, &after, "internal_put_pages") == 0 &&
 	      delta(&before, &after, "peer_mismatch_warnings") == 0,
-	      "the driver saw no re-entry, no bad put, no put of a reused table and no peer mismatch");
+	      "the driver saw no re-entry, no bad put, no put of a reused table, no unpin of a persistent pin by put_pages and no peer mismatch");
+	check(delta(&before, &after, "kept_registrations") == 0,
+	      "no registration was kept for a driver barrier that kept failing");
 	check(delta(&before, &after, "race_gate_timeouts") == 0, "no race gate timed out");
 
 	/* What the run did, each figure named for what it counts: registrations made (the hold
