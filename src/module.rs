@@ -6,7 +6,9 @@
 use kernel::prelude::*;
 
 use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqShow, WorkQueue};
-use crate::peer_mem::{ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT};
+use crate::peer_mem::{
+    self, ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT,
+};
 use crate::{stats, sys};
 
 /// The registered clients: the invalidating one (if any) and the persistent one.
@@ -194,6 +196,8 @@ impl kernel::Module for PeerMemRs {
         let clients = register_clients()?;
         // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
         let debugfs = DebugfsDir::new(module_name(), c"stats", &STATS_TEXT);
+        // Nothing fails after this point: registrations may begin.
+        peer_mem::accept_registrations();
         Ok(Self {
             _clients: clients,
             _queue: queue,

@@ -18,8 +18,8 @@ use kernel::prelude::*;
 use kernel::sync::ArcBorrow;
 use kernel::types::Opaque;
 
-use crate::kapi::atomic::AtomicPtr;
 use crate::kapi::atomic::Ordering::{Acquire, Release};
+use crate::kapi::atomic::{AtomicBool, AtomicPtr};
 use crate::kapi::{self, CStr};
 
 use crate::client::{self, ForeignRef, RegCtx};
@@ -44,6 +44,17 @@ pub(crate) struct HostLink {
 // `ib_register_peer_memory_client`, before the client is visible to any registration, and only
 // read after a registration of this client exists.
 unsafe impl Sync for HostLink {}
+
+/// Registrations are accepted: module init has finished, every client is registered, and nothing
+/// can fail any more. Before that a registration could outlive a failed init: the host would hand
+/// memory to the first client while the second one's registration fails, and init's failure
+/// path unloads the module whatever references registrations hold.
+static ACCEPTING: AtomicBool = AtomicBool::new(false);
+
+/// Module init has finished: accept registrations from now on.
+pub(crate) fn accept_registrations() {
+    ACCEPTING.store(true, Release);
+}
 
 pub(crate) static INVALIDATING: HostLink = HostLink::new(Flavour::Invalidating);
 pub(crate) static PERSISTENT: HostLink = HostLink::new(Flavour::Persistent);
@@ -72,12 +83,14 @@ impl HostLink {
         unsafe { kapi::cstr_from_ptr(p) }
     }
 
-    /// May this client accept a registration? The invalidating one only once its host handle is
+    /// May this client accept a registration? Only once module init has finished
+    /// ([`accept_registrations`]), which is also after the invalidating client's host handle is
     /// published: an invalidation needs it, and the host could otherwise hand us memory (and the
     /// driver call back for it) between `ib_register_peer_memory_client` adding the client and
     /// our storing the handle it returns.
     pub(crate) fn ready(&self) -> bool {
-        self.flavour == Flavour::Persistent || !self.handle.load(Acquire).is_null()
+        ACCEPTING.load(Acquire)
+            && (self.flavour == Flavour::Persistent || !self.handle.load(Acquire).is_null())
     }
 
     /// Asks the host to invalidate the registration it knows as `core_context`.

@@ -32,8 +32,8 @@ pub enum Cause {
     /// peermem-rs is being unloaded (rmmod in progress): no new registration can take a module
     /// reference.
     Unloading,
-    /// The client is still being registered with the host (its invalidate function is not known
-    /// yet): a registration racing module load.
+    /// Module init has not finished (its clients are still being registered with the host): a
+    /// registration racing module load.
     NotReady,
     /// The driver refuses persistent pins of this GPU's memory (ENOTSUPP from
     /// get_pages_persistent): MIG, vGPU, APM or PPC64LE on 535 and 550, APM on every driver.
@@ -113,7 +113,8 @@ impl Cause {
                 "peermem-rs is being unloaded (rmmod in progress): load it again to register GPU memory"
             }
             Cause::NotReady => {
-                "peermem-rs is still registering with the peer-memory host: retry in a moment"
+                "peermem-rs is still loading (registering its clients with the peer-memory host): \
+                 retry in a moment; should the load fail, the log says why"
             }
             Cause::PersistentPinsUnsupported => {
                 "the NVIDIA driver refuses persistent pins on this GPU, and peermem-rs maps only \

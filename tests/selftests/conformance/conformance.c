@@ -43,6 +43,7 @@
 
 #include "gpumem.h"
 #include "pmh.h"
+#include "race.h"
 
 #define GPU_PAGE	NVP2P_GPU_PAGE_SIZE
 #define STANDIN_KO	"nvidia_p2p_standin.ko"
@@ -607,6 +608,62 @@ static void name_taken(const char *name, const char *taken, const char *desc)
 	ob_clients("clients");
 	if (target_loaded())
 		mod_unload_wait(target.name);
+	ob_rc("rmmod_other_client", mod_unload_wait(CLIENT_MOD));
+	end();
+}
+
+struct loader {
+	int rc;
+};
+
+static void *load_in_background(void *arg)
+{
+	struct loader *l = arg;
+
+	l->rc = load_target(NULL);
+	return NULL;
+}
+
+/*
+ * A registration while a load fails: another client holds the name nv_mem_nc (and claims no
+ * memory), so on a host with memory_peers the target's nv_mem registers and its nv_mem_nc is
+ * refused, and its init fails. The host holds the refused registration (race point
+ * register.refused) while memory is registered: a client that takes it then holds a registration,
+ * perhaps a pin the driver will call back for, that the failed init's unloading does not wait for.
+ */
+static void scenario_registration_while_the_load_fails(const char *name, const char *desc)
+{
+	struct loader l = { 0 };
+	struct pmh_reg_mr mr;
+	pthread_t t;
+	__u64 handle;
+	uint8_t *va;
+	int held;
+
+	if (read_number("/sys/module/" HOST_MOD "/parameters/sysfs") != 1)
+		return;		/* the host of current kernels refuses no name */
+	if (!begin(name, desc))
+		return;
+	must_load(CLIENT_KO, "names=nv_mem_nc");
+	if (write_text("/sys/kernel/debug/" CLIENT_MOD "/c0/acquire_mode", "2"))
+		die("acquire_mode", errno);
+	open_fds();
+	va = alloc_gpu(GPU_PAGE, &handle, NULL);
+	if (race_gate(HOST_MOD, "register.refused", 0))
+		die("race gate", errno);
+	if (pthread_create(&t, NULL, load_in_background, &l))
+		die("pthread_create", errno);
+	held = race_wait_held(HOST_MOD, "register.refused", 10000) > 0;
+	ob("load_held_at_the_refusal", "%s", held ? "yes" : "no");
+	if (held && !reg("reg", va, GPU_PAGE, PMH_REG_WRITE, &mr))
+		dereg("dereg.rc", mr.handle);
+	race_open(HOST_MOD, "register.refused");
+	pthread_join(t, NULL);
+	ob_rc("insmod", l.rc);
+	ob("loaded", "%d", target_loaded());
+	if (target_loaded())
+		mod_unload_wait(target.name);
+	free_gpu(NULL, handle);
 	ob_rc("rmmod_other_client", mod_unload_wait(CLIENT_MOD));
 	end();
 }
@@ -1244,6 +1301,8 @@ static void part_switch(void)
 		   "another_client_already_registered_as_nv_mem");
 	name_taken("load.name_taken.nv_mem_nc", "nv_mem_nc",
 		   "another_client_already_registered_as_nv_mem_nc");
+	scenario_registration_while_the_load_fails("load.registration_while_the_load_fails",
+		"memory_registered_while_the_host_refuses_nv_mem_nc_(the_name_taken)_and_the_load_fails");
 	name_taken_by_module("load.name_taken.by_module",
 			     "the_other_of_nvidia-peermem_and_peermem-rs_already_loaded");
 	scenario_load("load", NULL, "load_with_nvidia-peermem_550's_configuration_on_an_MLNX_OFED_5.x_host");
