@@ -13,17 +13,24 @@
 //!   callback's registration), and a re-entry from the task that holds it is a bug (-EIO and a
 //!   WARN); `dma_map_pages` reads the page table before the API lock and links its mapping into the
 //!   pin's allocation (under a semaphore inside it) after dropping it; `dma_unmap_pages` takes only
-//!   that semaphore; `put_pages` finds a pin only among the calling process's and answers 0 when it
-//!   finds nothing; `put_pages_persistent` works from any task; the free path (cudaFree, process
+//!   that semaphore; `put_pages` finds a pin only in the P2P objects whose pid list holds the
+//!   calling process and answers 0 when it finds nothing; `put_pages_persistent` works from any
+//!   task; the free path (cudaFree, process
 //!   exit) holds the API lock, calls the pin's free callback, and frees the page table, its DMA
 //!   mappings and the semaphore as soon as the callback returns. Persistent pins are never called
-//!   back and never torn down. A non-persistent page table has an address, which is the pin's key:
+//!   back and never torn down. A page table has an address, which is a non-persistent pin's key:
 //!   `put_pages` (token 0) looks the pin up by that address alone among the calling process's
 //!   pins, of any of its allocations (550.163.01 `kernel-open/nvidia/nv-p2p.c:321-328`;
 //!   `src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1493` and `RmP2PGetInfoWithoutToken`,
-//!   `p2p.c:873-954`; `CliGetThirdPartyP2PPlatformData`, `third_party_p2p.c:279-298`), and a freed
-//!   table's address is handed to the next table allocated (the table lives in `nv_p2p_mem_info`,
-//!   kmalloc'ed at `nv-p2p.c:422`: slab reuses addresses per size class, whatever the allocation).
+//!   `p2p.c:873-954`; `CliGetThirdPartyP2PPlatformData`, `third_party_p2p.c:279-298`) and, when the
+//!   process created RM's internal P2P object, where persistent pins live (`p2p.c:1218-1293`;
+//!   created in `memmgrStateInitLocked`, `gpu/mem_mgr/mem_mgr.c:552, 1000-1050`, with the
+//!   creating task's pid in its pid list, `third_party_p2p.c:75, 153-164`; the lookup goes through
+//!   every object whose list holds the caller, `third_party_p2p.c:300-342`), among the persistent
+//!   pins too (`Config::creator`); the driver's allocator hands each table, persistent or not, the
+//!   lowest free address, so a freed table's address goes to the next table allocated (the table
+//!   lives in `nv_p2p_mem_info`, kmalloc'ed at `nv-p2p.c:422` for both kinds: slab reuses addresses
+//!   per size class, whatever the allocation).
 //! - **the MLNX_OFED host** as `drivers/infiniband/core/peer_mem.c` and mlx5 do it: the per-umem
 //!   mapping lock taken before get_pages and, for an invalidating client, held through dma_map until
 //!   the memory key exists and the notifier is armed; invalidation (looked up by id) takes it,
@@ -33,37 +40,42 @@
 //! - **the tasks of a node**: the owner process registering (`ibv_reg_mr`); the owner freeing the
 //!   memory (cudaFree or exit) at any moment; a deregistration from the owner, from a forked child
 //!   doing the last close, or from a device-removal kworker; our work item; `rmmod`; and, in the
-//!   reuse configurations, a second registration of the owner pinning its N on a second allocation
-//!   at any moment. (Not on the first: in the model the teardown is cudaFree (`vidmemDestruct`,
-//!   `third_party_p2p.c:556-609`), after which no pin of it can be made. RM also removes an
-//!   allocation's pins without freeing it, on the unregister-vidmem control and when the P2P
-//!   object is destroyed (`third_party_p2p_ctrl.c:152-167`, `third_party_p2p.c:210-217`), and the
-//!   memory can then be pinned again; that changes nothing here, as put_pages's lookup ignores
-//!   which allocation a pin is of.)
+//!   reuse configurations, a second registration of the owner making its persistent pin P and its
+//!   N on a second allocation at any moment. (Not on the first: in the model the teardown is
+//!   cudaFree (`vidmemDestruct`, `third_party_p2p.c:556-609`), after which no pin of it can be
+//!   made. RM also removes an allocation's pins without freeing it, on the unregister-vidmem
+//!   control and when the P2P object is destroyed (`third_party_p2p_ctrl.c:152-167`,
+//!   `third_party_p2p.c:210-217`), and the memory can then be pinned again; that changes nothing
+//!   here, as put_pages's lookup ignores which allocation a pin is of.)
 //! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
 //!   `src/client.rs` does (every decision is the state machine's), with `N_PINS` around its pins
-//!   and unpins of N and the "still Unpinning?" check under it; the client of eb5e4f5 (`NoNPins`, the
-//!   parent of 8071b8f) is the same without them; the previous client runs its state machine
-//!   (`before.rs`) as the glue of commit 8adc715 did.
+//!   and unpins of N and the "still Unpinning?" check under it, and around acquire's persistent
+//!   pin; the client of d115ce6 (`UnlockedP`, the parent of 19a7cde) is the same but for that
+//!   last one; the client of eb5e4f5 (`NoNPins`, the parent of 8071b8f) takes `N_PINS` nowhere
+//!   and has no check; the previous client runs its state machine (`before.rs`) as the glue of
+//!   commit 8adc715 did.
 //!
 //! Properties: no driver structure used after the driver freed it; no registration used after its
 //! last reference went; no re-entry into the driver's API lock; no module code running after the
 //! module was unloaded; the NIC never keeps a usable memory key on memory the driver freed or on a
-//! dead DMA mapping; no put_pages unpins a pin its caller did not hold (another registration's,
-//! found by a reused table address); no deadlock; and at the end nothing leaked (every pin,
-//! mapping, reference, lock and the work item back to zero).
+//! dead DMA mapping; no put_pages unpins a pin its caller did not hold (another registration's N
+//! or persistent pin, found by a reused table address); no deadlock; and at the end nothing leaked
+//! (every pin, mapping, reference, lock and the work item back to zero).
 //!
 //! Bound: one GPU allocation, one registration of it, one free, one deregistration, one work item
 //! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins;
 //! for the invalidating flavour, optionally (`Config::reuse`) a second registration of the owner
-//! on a second allocation that is never freed, of which only the pin of N is modelled (`N_PINS`
-//! for the fixed client, get_pages, `N_PINS` dropped; it keeps the pin, and a module reference,
-//! so rmmod is refused), with the driver's allocator handing each non-persistent table the lowest
-//! free address (a freed table's at once; two addresses serve two live pins). Not modelled: the
-//! table allocated before the API lock (the model allocates it in section #1, where the pin becomes
-//! findable), persistent tables among the addresses (RM keeps persistent pins in its own P2P
-//! object, `p2p.c:1218-1293`, which a process's put_pages does not search), a pin made by another
-//! module of the same process (which `N_PINS` cannot exclude), more than two registrations.
+//! on a second allocation that is never freed, of which only its acquire's persistent pin
+//! (`N_PINS` around get_pages_persistent for the fixed client) and its pin of N (`N_PINS` for the
+//! fixed client and `UnlockedP`, get_pages, `N_PINS` dropped) are modelled; it keeps both pins,
+//! and a module reference, so rmmod is refused; and with it, and a driver that unpins,
+//! optionally (`Config::creator`) the owner the creator of RM's internal P2P object, whose
+//! put_pages then searches the persistent pins too (with a driver that refuses unpins nothing is
+//! looked up: the same states). Every table, persistent or not, gets the lowest free address (a
+//! freed table's at once; `Addr` keeps only what tells them apart). Not modelled: the table
+//! allocated before the API lock (the model allocates it in section #1, where the pin becomes
+//! findable), a pin made by another module of the same process (which `N_PINS` cannot exclude),
+//! more than two registrations.
 
 pub mod before;
 
@@ -105,6 +117,10 @@ pub enum Client {
     /// peermem-rs just before commit 8071b8f (at eb5e4f5): the state machine of `Fixed`, its glue
     /// without the `N_PINS` lock and without the "still Unpinning?" check under it.
     NoNPins,
+    /// peermem-rs just before commit 19a7cde (at d115ce6): the state machine of `Fixed`, its glue
+    /// with `N_PINS` and its check around the pins and unpins of N, but acquire's persistent pin
+    /// (`PersistentPin::get`) made without `N_PINS`.
+    UnlockedP,
 }
 
 /// Who deregisters the memory.
@@ -138,9 +154,17 @@ pub struct Config {
     pub dereg: Dereg,
     /// The driver refuses unpins (put_pages and put_pages_persistent return -EIO, pin kept).
     pub unpin_fails: bool,
-    /// A second registration of the owner process pins its N on a second allocation (never freed)
-    /// at any moment, and the driver's allocator hands it the address of a page table it freed.
+    /// A second registration of the owner process makes its acquire's persistent pin and pins its
+    /// N on a second allocation (never freed) at any moment, and the driver's allocator hands
+    /// either the address of a page table it freed.
     pub reuse: bool,
+    /// The owner process created RM's internal P2P object, where persistent pins live (RM makes it
+    /// in `memmgrStateInitLocked`, for the GPU's first opener, and `thirdpartyp2pConstruct` puts
+    /// the creating task's pid in its pid list: 550.163.01 `third_party_p2p.c:75, 153-164`), so
+    /// its put_pages (token 0), which searches every P2P object whose pid list holds the caller
+    /// (`CliNextThirdPartyP2PInfoWithPid`, `third_party_p2p.c:300-342`), finds persistent pins by
+    /// their table's address too. Only with the reuse and a driver that unpins (`Config::all`).
+    pub creator: bool,
 }
 
 impl fmt::Display for Config {
@@ -169,7 +193,13 @@ impl fmt::Display for Config {
         if self.reuse {
             write!(
                 f,
-                ", a second registration pinning N on another allocation (table addresses reused)"
+                ", a second registration pinning P and N on another allocation (table addresses reused)"
+            )?;
+        }
+        if self.creator {
+            write!(
+                f,
+                ", the owner the creator of RM's internal P2P object (its put_pages searches the persistent pins)"
             )?;
         }
         Ok(())
@@ -179,7 +209,8 @@ impl fmt::Display for Config {
 impl Config {
     /// Every configuration of `client`: with the second registration and the reuse of table
     /// addresses for the invalidating flavour (the only one with an N), except for the client of
-    /// 8adc715, whose glue is kept as it was checked.
+    /// 8adc715, whose glue is kept as it was checked; and with the reuse and a driver that unpins,
+    /// the owner the creator of RM's internal P2P object or not.
     pub fn all(client: Client) -> Vec<Config> {
         let mut v = Vec::new();
         for flavour in [Flavour::Persistent, Flavour::Invalidating] {
@@ -194,14 +225,22 @@ impl Config {
                             {
                                 continue;
                             }
-                            v.push(Config {
-                                client,
-                                flavour,
-                                legacy,
-                                dereg,
-                                unpin_fails,
-                                reuse,
-                            });
+                            for creator in [false, true] {
+                                // A driver that refuses unpins looks no key up: there the creator
+                                // changes nothing (the very same states).
+                                if creator && (!reuse || unpin_fails) {
+                                    continue;
+                                }
+                                v.push(Config {
+                                    client,
+                                    flavour,
+                                    legacy,
+                                    dereg,
+                                    unpin_fails,
+                                    reuse,
+                                    creator,
+                                });
+                            }
                         }
                     }
                 }
@@ -225,7 +264,8 @@ pub enum Bug {
     /// The NIC kept a usable memory key on freed or unmapped memory.
     NicUsesDeadMemory(&'static str),
     /// A put_pages found and unpinned a pin its caller did not hold: the driver's lookup by table
-    /// address found another registration's pin, made at the address of a table it had freed.
+    /// address found another registration's pin (its N, or, when the owner created RM's internal
+    /// P2P object, its persistent P), made at the address of a table it had freed.
     StaleUnpin(&'static str),
 }
 
@@ -243,9 +283,30 @@ pub struct Pin {
     pub mapped: bool,
     /// Ever pinned (to tell "never existed" from "freed").
     pub existed: bool,
-    /// The page table's address, as the driver's allocator hands them out: once the table is
-    /// freed, the next table allocated may get the same one (non-persistent pins only).
-    pub slot: u8,
+    /// The page table's address, as the driver's allocator hands them out (`World::free_slot`):
+    /// once the table is freed, the next table allocated, persistent or not, may get the same one.
+    pub slot: Addr,
+}
+
+/// A page table's address, told apart as far as a lookup by address and the allocator can tell.
+/// The allocator hands out the lowest free address. Only the first registration's tables are ever
+/// freed (the second registration keeps its pins; a table freed by a stale unpin is a bug, which
+/// ends the run), so only two addresses are ever handed out again: P's (`P`), and N's when N got a
+/// fresh one (`N`; with P's table already freed, N gets P's address). A fresh address is above
+/// every address used before, so P's is below N's: the lowest free address is P's if free, else
+/// N's if free, else a fresh one. The second registration's fresh addresses (`Other`) are never
+/// freed and no key names them, so their numbers play no part. (Numbering the addresses instead
+/// gives the same states up to these labels, only more of them: every order of allocation that
+/// changes nothing counts apart.)
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Default)]
+pub enum Addr {
+    /// A fresh address no key names and no freed table had.
+    #[default]
+    Other,
+    /// The address of the first registration's P.
+    P,
+    /// The address of the first registration's N, when it got a fresh one.
+    N,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -259,12 +320,14 @@ pub enum HostMr {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum DOp {
     PinP,
+    /// get_pages_persistent of the second registration's P, on the second allocation.
+    PinP2,
     PinN,
     /// get_pages of the second registration's N, on the second allocation.
     PinN2,
     /// put_pages of the table at address `key`.
     UnpinN {
-        key: u8,
+        key: Addr,
     },
     UnpinP,
     /// dma_map_pages of P's table (`true`) or N's (`false`: the previous client).
@@ -277,7 +340,7 @@ pub enum DOp {
 /// A frame of peermem-rs code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Ours {
-    /// The fixed client's acquire.
+    /// The fixed client's acquire (`N_PINS` around its persistent pin, for the fixed client).
     Acquire(u8),
     /// The fixed client's glue running the state machine for an actor.
     Run {
@@ -332,7 +395,8 @@ pub enum Frame {
     WorkItem(u8),
     Rmmod(u8),
     Ours(Ours),
-    /// The second registration's `Op::PinN`, reduced to what touches N_PINS and the driver.
+    /// The second registration's acquire (its persistent pin) and `Op::PinN`, reduced to what
+    /// touches N_PINS and the driver.
     SecondPin(u8),
 }
 
@@ -366,6 +430,8 @@ pub struct World {
     pub n_data: bool,
     /// The second registration's N (reuse configurations), on an allocation that is never freed.
     pub n2: Pin,
+    /// The second registration's persistent pin (reuse configurations), on that allocation.
+    pub p2: Pin,
     // MLNX host
     pub mapping_lock: Option<Tid>,
     pub xa: bool,
@@ -377,7 +443,7 @@ pub struct World {
     pub state: Option<reg::Registration>,
     pub old: Option<before::Old>,
     /// The glue's key of N (`Inner::n`): the address of the table get_pages handed back.
-    pub n_key: Option<u8>,
+    pub n_key: Option<Addr>,
     /// The task holding `N_PINS`.
     pub n_pins: Option<Tid>,
     /// References to the registration (`Arc<RegCtx>`): the host's, the driver's, the work item's.
@@ -423,6 +489,7 @@ impl World {
             n: Pin::default(),
             n_data: false,
             n2: Pin::default(),
+            p2: Pin::default(),
             mapping_lock: None,
             xa: false,
             mr: HostMr::Unmapped,
@@ -513,7 +580,7 @@ impl World {
     /// Pushes the client's entry point `e` on `tid`.
     fn call_client(&mut self, tid: Tid, e: Entry) {
         let frame = match self.cfg.client {
-            Client::Fixed | Client::NoNPins => match e {
+            Client::Fixed | Client::NoNPins | Client::UnlockedP => match e {
                 Entry::Acquire => Ours::Acquire(0),
                 Entry::Callback => Ours::Run {
                     actor: Actor::Callback,
@@ -916,14 +983,21 @@ impl World {
         Some(())
     }
 
-    /// The address the driver's allocator hands the next non-persistent page table: the lowest
-    /// one no live table has, so a freed table's address is handed out again at once (as slab
-    /// does for the size class of `nv_p2p_mem_info`, whatever the allocation it pins).
-    fn free_slot(&self) -> u8 {
-        let taken = |s: u8, p: &Pin| p.table_alive && p.slot == s;
-        (0..)
-            .find(|&s| !taken(s, &self.n) && !taken(s, &self.n2))
-            .unwrap()
+    /// The address the driver's allocator hands the next page table, persistent or not: the
+    /// lowest one no live table has, so a freed table's address is handed out again at once (as
+    /// slab does for the size class of `nv_p2p_mem_info`, which holds both kinds, whatever the
+    /// allocation it pins). The freed addresses, lowest first, are P's and N's (see `Addr`);
+    /// with neither free, a fresh one: `fresh` (P's or N's own label for the first registration's
+    /// P and N, `Other` for the second registration's tables).
+    fn free_slot(&self, fresh: Addr) -> Addr {
+        let tables = [&self.p, &self.n, &self.p2, &self.n2];
+        let taken = |a: Addr| tables.iter().any(|t| t.table_alive && t.slot == a);
+        // An address exists once a table got it: P's with P, N's with an N that got a fresh one.
+        let exists = |a: Addr| tables.iter().any(|t| t.existed && t.slot == a);
+        [Addr::P, Addr::N]
+            .into_iter()
+            .find(|&a| exists(a) && !taken(a))
+            .unwrap_or(fresh)
     }
 
     fn table(&mut self, p: bool) -> &mut Pin {
@@ -946,13 +1020,27 @@ impl World {
                         table_alive: true,
                         mapped: false,
                         existed: true,
-                        slot: 0,
+                        slot: self.free_slot(Addr::P),
                     };
                     Ok(())
                 } else {
                     Err(EINVAL)
                 };
                 self.ret(tid, r);
+            }
+            (DOp::PinP2, _) => {
+                // The second registration's persistent pin: its table from the same allocator, at
+                // the lowest free address (the second allocation is never freed).
+                self.api_free_for(tid)?;
+                self.p2 = Pin {
+                    tracked: true,
+                    armed: false,
+                    table_alive: true,
+                    mapped: false,
+                    existed: true,
+                    slot: self.free_slot(Addr::Other),
+                };
+                self.ret(tid, Ok(()));
             }
             (DOp::PinN, 0) => {
                 // Section #1: find the memory by the calling process, create the pin.
@@ -964,7 +1052,7 @@ impl World {
                         table_alive: true,
                         mapped: false,
                         existed: true,
-                        slot: self.free_slot(),
+                        slot: self.free_slot(Addr::N),
                     };
                     self.set_pc(tid, Frame::Driver { op, pc: 1 });
                 } else {
@@ -994,7 +1082,7 @@ impl World {
                     table_alive: true,
                     mapped: false,
                     existed: true,
-                    slot: self.free_slot(),
+                    slot: self.free_slot(Addr::Other),
                 };
                 self.set_pc(tid, Frame::Driver { op, pc: 1 });
             }
@@ -1015,10 +1103,13 @@ impl World {
                 let r = if self.cfg.unpin_fails {
                     Err(EIO)
                 } else {
-                    // RmP2PPutPages with token 0: the calling process's P2P object, and in it the
-                    // pin whose key is the table's address; the VA plays no part. Found: unlinked,
-                    // and nv_p2p_put_pages frees the table.
+                    // RmP2PPutPages with token 0: the P2P objects whose pid list holds the calling
+                    // process, and in them the pin whose key is the table's address; the VA plays
+                    // no part. Found: unlinked, and nv_p2p_put_pages frees the table. RM's internal
+                    // object, which holds the persistent pins, is among them when the owner
+                    // created it (`Config::creator`).
                     let live = |p: &Pin| p.tracked && p.table_alive && p.slot == key;
+                    let persistent = owner && self.cfg.creator;
                     if owner && self.n.armed && live(&self.n) {
                         self.n.tracked = false;
                         self.n.table_alive = false;
@@ -1030,6 +1121,23 @@ impl World {
                         self.bug(Bug::StaleUnpin(
                             "put_pages of a freed table unpinned the second registration's N, \
                              made at the same address (no callback; its table freed under it)",
+                        ));
+                    } else if persistent && live(&self.p2) {
+                        self.p2.tracked = false;
+                        self.p2.table_alive = false;
+                        self.bug(Bug::StaleUnpin(
+                            "put_pages of a freed table unpinned the second registration's \
+                             persistent pin P, made at the same address (found in RM's internal \
+                             P2P object, which the owner created; its table freed under it)",
+                        ));
+                    } else if persistent && live(&self.p) {
+                        self.p.tracked = false;
+                        self.p.table_alive = false;
+                        self.p.mapped = false;
+                        self.bug(Bug::StaleUnpin(
+                            "put_pages of a freed table unpinned the registration's own \
+                             persistent pin P, made at the same address (found in RM's internal \
+                             P2P object, which the owner created; its table freed under it)",
                         ));
                     }
                     // Not found among the caller's pins (another process, or torn down): 0.
@@ -1153,16 +1261,23 @@ impl World {
 
     // ---- peermem-rs (the fixed client) -----------------------------------------------------------
 
+    /// acquire (src/client.rs): `N_PINS` around `PersistentPin::get` (the fixed client only), then
+    /// the registration created.
     fn fixed_acquire(&mut self, tid: Tid, pc: u8) -> Option<()> {
         self.our_code(false, "");
         match pc {
             0 => {
+                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
                 self.set_pc(tid, Frame::Ours(Ours::Acquire(1)));
                 self.call_driver(tid, DOp::PinP);
             }
             _ => match self.take_ret(tid)? {
-                Err(e) => self.ret(tid, Err(e)),
+                Err(e) => {
+                    self.leave_n_pins(tid);
+                    self.ret(tid, Err(e));
+                }
                 Ok(()) => {
+                    self.leave_n_pins(tid);
                     self.state = Some(reg::Registration::acquired(
                         self.cfg.flavour,
                         range(),
@@ -1290,13 +1405,18 @@ impl World {
 impl World {
     /// Does the client's glue take `N_PINS` around its pins and unpins of N?
     fn models_n_pins(&self) -> bool {
+        matches!(self.cfg.client, Client::Fixed | Client::UnlockedP)
+    }
+
+    /// Does the client's acquire take `N_PINS` around its persistent pin?
+    fn models_n_pins_around_p(&self) -> bool {
         self.cfg.client == Client::Fixed
     }
 
-    /// Takes `N_PINS` for `tid` where the client's glue has it: `None` while another task holds
-    /// it.
-    fn enter_n_pins(&mut self, tid: Tid) -> Option<()> {
-        if !self.models_n_pins() {
+    /// Takes `N_PINS` for `tid` where the client's glue has it (`here`): `None` while another task
+    /// holds it.
+    fn enter_n_pins(&mut self, tid: Tid, here: bool) -> Option<()> {
+        if !here {
             return Some(());
         }
         match self.n_pins {
@@ -1311,9 +1431,11 @@ impl World {
         }
     }
 
-    /// Drops `N_PINS` (a no-op where the glue has none, or where it is not held).
-    fn leave_n_pins(&mut self) {
-        self.n_pins = None;
+    /// Drops `N_PINS` if `tid` holds it (a no-op where the glue took none).
+    fn leave_n_pins(&mut self, tid: Tid) {
+        if self.n_pins == Some(tid) {
+            self.n_pins = None;
+        }
     }
 
     /// The glue's `Op::PinN` (src/client.rs): `N_PINS` (fixed client), a reference handed to the
@@ -1321,7 +1443,7 @@ impl World {
     fn glue_pin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
         match pc {
             0 => {
-                self.enter_n_pins(tid)?;
+                self.enter_n_pins(tid, self.models_n_pins())?;
                 self.our_code(true, "get_pages of N");
                 self.refs += 1;
                 self.set_pc(tid, Frame::Ours(Ours::PinN(1)));
@@ -1333,7 +1455,7 @@ impl World {
                 if r.is_ok() {
                     self.n_key = Some(self.n.slot);
                 }
-                self.leave_n_pins();
+                self.leave_n_pins(tid);
                 self.ret(tid, r);
             }
         }
@@ -1346,7 +1468,7 @@ impl World {
     fn glue_unpin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
         match pc {
             0 => {
-                self.enter_n_pins(tid)?;
+                self.enter_n_pins(tid, self.models_n_pins())?;
                 self.our_code(true, "put_pages of N");
                 let unpinning =
                     self.state.as_ref().expect("registration").n_pin() == reg::NPin::Unpinning;
@@ -1358,7 +1480,7 @@ impl World {
                     _ => {
                         // Torn down meanwhile (or never pinned): no call, and N_PINS dropped on
                         // the way out; the state machine ignores the result once N is torn down.
-                        self.leave_n_pins();
+                        self.leave_n_pins(tid);
                         self.ret(tid, Ok(()));
                     }
                 }
@@ -1366,29 +1488,42 @@ impl World {
             _ => {
                 let r = self.take_ret(tid)?;
                 self.our_code(true, "put_pages of N");
-                self.leave_n_pins();
+                self.leave_n_pins(tid);
                 self.ret(tid, r);
             }
         }
         Some(())
     }
 
-    /// The second registration (owner process, second allocation) pinning its N as the glue's
-    /// `Op::PinN` does: `N_PINS` (fixed client), get_pages, `N_PINS` dropped. Its registration
-    /// state, host and callback are left out: its allocation is never freed in the model, and it
-    /// keeps its pin to the end.
+    /// The second registration (owner process, second allocation): its acquire's persistent pin
+    /// (`N_PINS` around it for the fixed client only), then its N as the glue's `Op::PinN` makes
+    /// it (`N_PINS` for the fixed client and the client of d115ce6, get_pages, `N_PINS` dropped).
+    /// Its registration state, host and callback are left out: its allocation is never freed in
+    /// the model, and it keeps both pins to the end.
     fn second_pin(&mut self, tid: Tid, pc: u8) -> Option<()> {
         match pc {
             0 => {
-                self.enter_n_pins(tid)?;
+                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
                 self.our_code(false, "");
                 self.set_pc(tid, Frame::SecondPin(1));
+                self.call_driver(tid, DOp::PinP2);
+            }
+            1 => {
+                self.returned(tid)?;
+                self.our_code(false, "");
+                self.leave_n_pins(tid);
+                self.set_pc(tid, Frame::SecondPin(2));
+            }
+            2 => {
+                self.enter_n_pins(tid, self.models_n_pins())?;
+                self.our_code(false, "");
+                self.set_pc(tid, Frame::SecondPin(3));
                 self.call_driver(tid, DOp::PinN2);
             }
             _ => {
                 self.returned(tid)?;
                 self.our_code(false, "");
-                self.leave_n_pins();
+                self.leave_n_pins(tid);
                 self.ret(tid, Ok(()));
             }
         }
@@ -1489,7 +1624,7 @@ impl Model for ProtocolModel {
 /// The NIC's key points at a DMA mapping that is alive.
 fn live_mapping(s: &World) -> bool {
     match s.cfg.client {
-        Client::Fixed | Client::NoNPins => s.p.mapped && s.p.table_alive,
+        Client::Fixed | Client::NoNPins | Client::UnlockedP => s.p.mapped && s.p.table_alive,
         Client::Before => {
             if s.cfg.flavour == Flavour::Invalidating {
                 s.n.mapped && s.n.table_alive
@@ -1579,11 +1714,16 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 "NVIDIA {}",
                 match (op, pc) {
                     (DOp::PinP, _) => "get_pages_persistent (API lock)",
+                    (DOp::PinP2, _) => "get_pages_persistent (API lock; table allocated, at the lowest free address)",
                     (DOp::PinN, 0) => "get_pages: API-lock section #1 (pin, no callback yet)",
                     (DOp::PinN, _) => "get_pages: API-lock section #2 (register the callback)",
                     (DOp::PinN2, 0) => "get_pages: API-lock section #1 (table allocated, at the lowest free address; pin linked under it)",
                     (DOp::PinN2, _) => "get_pages: API-lock section #2 (register the callback)",
-                    (DOp::UnpinN { .. }, _) => "put_pages (API lock; looks the table's address up among the caller's pins)",
+                    (DOp::UnpinN { .. }, _) => if s.cfg.creator && s.threads[tid].tgid == OWNER {
+                        "put_pages (API lock; looks the table's address up among the caller's pins, persistent ones of RM's internal object included)"
+                    } else {
+                        "put_pages (API lock; looks the table's address up among the caller's pins)"
+                    },
                     (DOp::UnpinP, _) => "put_pages_persistent (API lock)",
                     (DOp::Map(_), 0) => "dma_map_pages: read the page table (no lock)",
                     (DOp::Map(_), 1) => "dma_map_pages: map under the API lock",
@@ -1603,7 +1743,16 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 .unwrap_or("")
                 .to_string(),
             Frame::Ours(o) => match o {
-                Ours::Acquire(pc) => format!("peermem-rs acquire step {pc}"),
+                Ours::Acquire(0) => if s.models_n_pins_around_p() {
+                    "peermem-rs acquire: take N_PINS, call nvidia_p2p_get_pages_persistent"
+                } else {
+                    "peermem-rs acquire: call nvidia_p2p_get_pages_persistent"
+                }
+                .to_string(),
+                Ours::Acquire(_) => format!(
+                    "peermem-rs acquire: get_pages_persistent returned{}; create the registration",
+                    if s.models_n_pins_around_p() { ", drop N_PINS" } else { "" }
+                ),
                 Ours::Run { actor, call, pc } => format!(
                     "peermem-rs {}: {}",
                     match (actor, call) {
@@ -1645,11 +1794,15 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     if s.models_n_pins() { ", drop N_PINS" } else { "" }
                 ),
             },
-            Frame::SecondPin(pc) => match (pc, s.models_n_pins()) {
-                (0, true) => "peermem-rs get_pages of its N: take N_PINS, call nvidia_p2p_get_pages",
-                (0, false) => "peermem-rs get_pages of its N: call nvidia_p2p_get_pages",
-                (_, true) => "peermem-rs get_pages of its N: returned, drop N_PINS",
-                (_, false) => "peermem-rs get_pages of its N: returned",
+            Frame::SecondPin(pc) => match (pc, s.models_n_pins_around_p(), s.models_n_pins()) {
+                (0, true, _) => "peermem-rs acquire of its P: take N_PINS, call nvidia_p2p_get_pages_persistent",
+                (0, false, _) => "peermem-rs acquire of its P: call nvidia_p2p_get_pages_persistent",
+                (1, true, _) => "peermem-rs acquire of its P: returned, drop N_PINS",
+                (1, false, _) => "peermem-rs acquire of its P: returned",
+                (2, _, true) => "peermem-rs get_pages of its N: take N_PINS, call nvidia_p2p_get_pages",
+                (2, _, false) => "peermem-rs get_pages of its N: call nvidia_p2p_get_pages",
+                (_, _, true) => "peermem-rs get_pages of its N: returned, drop N_PINS",
+                (_, _, false) => "peermem-rs get_pages of its N: returned",
             }
             .to_string(),
         },

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `protocol-model [fixed|before|no-n-pins] [--traces]`: check the registration protocol of
-//! peermem-rs exhaustively against the model of the real providers, one configuration at a time;
-//! print the states explored and which properties hold, and with `--traces` a counterexample of
-//! every property that fails, step by step. Exits 1 if any property fails.
+//! `protocol-model [fixed|before|no-n-pins|unlocked-p] [--traces]`: check the registration
+//! protocol of peermem-rs exhaustively against the model of the real providers, one configuration
+//! at a time; print the states explored and which properties hold, and with `--traces` a
+//! counterexample of every property that fails, step by step. Exits 1 if any property fails.
 
 use std::time::Instant;
 
@@ -17,10 +17,11 @@ fn main() {
             "fixed" => client = Client::Fixed,
             "before" => client = Client::Before,
             "no-n-pins" => client = Client::NoNPins,
+            "unlocked-p" => client = Client::UnlockedP,
             "--traces" => traces = true,
             other => {
                 eprintln!(
-                    "usage: protocol-model [fixed|before|no-n-pins] [--traces] (not {other})"
+                    "usage: protocol-model [fixed|before|no-n-pins|unlocked-p] [--traces] (not {other})"
                 );
                 std::process::exit(2);
             }
@@ -28,7 +29,7 @@ fn main() {
     }
     let start = Instant::now();
     let (mut states, mut unique, mut failures) = (0, 0, 0);
-    println!("{client:?} client: every interleaving of one registration, one free, one deregistration, the work item, one rmmod attempt and (reuse configurations) a second registration's pin of N");
+    println!("{client:?} client: every interleaving of one registration, one free, one deregistration, the work item, one rmmod attempt and (reuse configurations) a second registration's pins of P and N");
     for cfg in Config::all(client) {
         let r = check(cfg);
         states += r.states;

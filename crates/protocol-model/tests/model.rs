@@ -5,9 +5,34 @@
 //! address; the previous client (commit 8adc715) does not, and the counterexamples are the
 //! use-after-free paths H1 and H2 and the unload race L1 that reading the real providers found; the
 //! client just before commit 8071b8f (no `N_PINS`) does not either, and its counterexample is the
-//! stale unpin that `make stress` found.
+//! stale unpin that `make stress` found; nor does the client that makes acquire's persistent pin
+//! without `N_PINS` (d115ce6, before 19a7cde) when the owner created RM's internal P2P object: a
+//! stale unpin then frees the second registration's persistent pin.
 
 use protocol_model::{check, Client, Config, Dereg, Flavour, Report};
+
+/// Checks every configuration, as many at once as there are CPUs (each check is one thread and
+/// the same as alone): the results in the order given.
+fn check_all(configs: &[Config]) -> Vec<(Config, Report)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(configs.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&cfg) = configs.get(i) else { break };
+                let r = check(cfg);
+                done.lock().unwrap().push((i, cfg, r));
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap();
+    done.sort_by_key(|(i, _, _)| *i);
+    done.into_iter().map(|(_, c, r)| (c, r)).collect()
+}
 
 #[test]
 fn the_fixed_client_satisfies_every_property_in_every_configuration() {
@@ -17,8 +42,11 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
         configs.iter().any(|c| c.reuse),
         "the second registration at a reused address is checked"
     );
-    for cfg in configs {
-        let r = check(cfg);
+    assert!(
+        configs.iter().any(|c| c.creator && c.dereg == Dereg::Owner),
+        "put_pages searching the persistent pins (the owner created RM's object) is checked"
+    );
+    for (cfg, r) in check_all(&configs) {
         states += r.unique_states;
         for (property, trace) in &r.properties {
             if let Some(t) = trace {
@@ -47,6 +75,7 @@ fn before(flavour: Flavour, dereg: Dereg) -> Report {
         dereg,
         unpin_fails: false,
         reuse: false,
+        creator: false,
     })
 }
 
@@ -110,6 +139,7 @@ fn no_n_pins(legacy: bool, reuse: bool) -> Report {
         dereg: Dereg::Owner,
         unpin_fails: false,
         reuse,
+        creator: false,
     })
 }
 
@@ -177,5 +207,81 @@ fn the_one_registration_bound_could_not_see_the_stale_unpin() {
     }
     for legacy in [false, true] {
         assert!(no_n_pins(legacy, false).all_hold());
+    }
+}
+
+/// The client that makes acquire's persistent pin without `N_PINS` (d115ce6, the parent of
+/// 19a7cde), invalidating, deregistered by the owner, with the second registration; `creator`: the
+/// owner created RM's internal P2P object, so its put_pages searches the persistent pins too.
+fn unlocked_p(legacy: bool, creator: bool) -> Report {
+    check(Config {
+        client: Client::UnlockedP,
+        flavour: Flavour::Invalidating,
+        legacy,
+        dereg: Dereg::Owner,
+        unpin_fails: false,
+        reuse: true,
+        creator,
+    })
+}
+
+#[test]
+fn stale_unpin_without_n_pins_around_acquires_pin_frees_the_second_registrations_persistent_pin() {
+    for legacy in [false, true] {
+        let r = unlocked_p(legacy, true);
+        let t = r
+            .counterexample("put_pages never unpins a pin its caller did not hold")
+            .unwrap_or_else(|| panic!("no stale unpin of a persistent pin (legacy: {legacy})"));
+        assert!(t.end.contains("StaleUnpin"), "{}", t.end);
+        assert!(
+            t.end.contains("second registration's persistent pin P"),
+            "{}",
+            t.end
+        );
+        // (1) the deregistration takes N_PINS, finds N still Unpinning and reads its key; (2) the
+        // teardown calls the callback and frees N's table; (3) the second registration's acquire,
+        // not held off by N_PINS, gets its persistent table at that address; (4) the
+        // deregistration's put_pages, the last step, finds it among RM's persistent pins.
+        let at = |from: usize, what: &str| {
+            from + t.steps[from..]
+                .iter()
+                .position(|s| s.contains(what))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "no step {what:?} after step {from} (legacy: {legacy}):\n{}",
+                        t.steps.join("\n")
+                    )
+                })
+        };
+        let checks = at(
+            0,
+            "deregistering task (Owner): peermem-rs put_pages: take N_PINS; lock: N still Unpinning?",
+        );
+        let callback = at(
+            checks,
+            "freeing task (owner: cudaFree/exit): peermem-rs free callback: begin",
+        );
+        let freed = at(
+            callback,
+            "freeing task (owner: cudaFree/exit): NVIDIA free path step 2 (callback returned: free table",
+        );
+        let pinned = at(
+            freed,
+            "second registration (owner, another allocation): NVIDIA get_pages_persistent",
+        );
+        let stale = at(
+            pinned,
+            "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up among the caller's pins, persistent ones",
+        );
+        assert_eq!(stale, t.steps.len() - 1, "{}", t.steps.join("\n"));
+        for (property, trace) in &r.properties {
+            assert!(
+                property.contains("put_pages never unpins") || trace.is_none(),
+                "{property} fails too (legacy: {legacy})"
+            );
+        }
+        // When the owner did not create RM's object, its put_pages cannot find a persistent pin:
+        // the same client passes.
+        assert!(unlocked_p(legacy, false).all_hold(), "legacy: {legacy}");
     }
 }
