@@ -13,7 +13,7 @@
 static const char *const points[] = {
 	"reg.acquired", "reg.locked", "reg.after_get_pages", "reg.after_dma_map",
 	"reg.before_activate", "invalidate.entered", "invalidate.locked", "dereg.before_stop",
-	"dereg.stopped", "dereg.before_release",
+	"dereg.stopped", "dereg.before_release", "register.refused",
 };
 
 #define N_POINTS (sizeof(points) / sizeof(points[0]))
