@@ -207,9 +207,13 @@ static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, (
 // caller, and the list of RM's internal object, where persistent pins live, holds the process
 // that created it: the GPU's first opener, often the CUDA job itself when no
 // nvidia-persistenced runs (thirdpartyp2pConstruct, 550.163.01 third_party_p2p.c:75, 153-164;
-// the lookup, 300-342). Its stale unpin would free a live persistent table that took the address
+// the walk of a caller's objects, 300-342, used by put_pages's lookup, p2p.c:872-954; the GPU is
+// initialised in its first opener's context unless the open is non-blocking). Its stale unpin would free a live persistent table that took the address
 // (both kinds are one `nv_p2p_mem_info` allocation). So acquire's persistent pin is made under
-// this lock as well.
+// this lock as well. (A persistent pin also opens the GPU in the driver, `nvidia_dev_get_uuid`
+// under its per-device `ldata_lock`: a first open may initialise the device, and other
+// registrations' pins and unpins of N wait for it here. The driver's own order is `ldata_lock` ->
+// RM API lock, and no holder of `ldata_lock` takes this lock.)
 //
 // Protects: nothing but that order; no data. Taken by `Op::PinN` and `Op::UnpinN`, around the
 // driver call, and by acquire around its persistent pin; never in the free callback, never with

@@ -247,7 +247,7 @@ pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
 /// 550:330-335); every teardown of a non-persistent pin holds that lock across the client's
 /// callback and the frees (third_party_p2p.c 550:556-609). An error means the driver may not have
 /// waited: it could not allocate its stack (`-ENOMEM`, before RM), or RM refused its lock
-/// (`NV_ERR_NOT_READY`, `NV_ERR_INVALID_LOCK_STATE`) or failed after it; nv-p2p.c WARNs at every
+/// (`NV_ERR_INVALID_LOCK_STATE`; from 570 also `NV_ERR_NOT_READY`) or failed after it; nv-p2p.c WARNs at every
 /// RM error but "not found" (550 nv-p2p.c:324-338). Its caller asks again a bounded number of times
 /// (`BARRIER_TRIES` in `logic::registration`), then keeps its reference for good.
 ///

@@ -36,7 +36,8 @@ pub enum Cause {
     /// registration racing module load.
     NotReady,
     /// The driver refuses persistent pins of this GPU's memory (ENOTSUPP from
-    /// get_pages_persistent): MIG, vGPU, APM or PPC64LE on 535 and 550, APM on every driver.
+    /// get_pages_persistent): MIG, vGPU or PPC64LE before 555, APM on every driver, and on 555+
+    /// a few configurations of their own (a vGPU profile without GPUDirect RDMA, for one).
     PersistentPinsUnsupported,
 }
 
@@ -117,11 +118,11 @@ impl Cause {
                  retry in a moment; should the load fail, the log says why"
             }
             Cause::PersistentPinsUnsupported => {
-                "the NVIDIA driver refuses persistent pins on this GPU, and peermem-rs maps only \
-                 persistent pins: drivers 535 and 550 refuse them on MIG-enabled GPUs, in vGPU \
-                 guests, with APM (confidential computing) and on PPC64LE; 555 and later pin on MIG \
-                 and vGPU. Use driver 555 or later, or NVIDIA's nvidia-peermem, or DMA-BUF \
-                 (ibv_reg_dmabuf_mr); gdr-doctor names the case"
+                "the NVIDIA driver refuses persistent pins of this memory, and peermem-rs maps only \
+                 persistent pins: drivers before 555 refuse them on MIG-enabled GPUs, in vGPU \
+                 guests and on PPC64LE (there use driver 555 or later, NVIDIA's nvidia-peermem, or \
+                 DMA-BUF: ibv_reg_dmabuf_mr); every driver refuses them with APM, and newer ones \
+                 for a vGPU profile without GPUDirect RDMA"
             }
         }
     }

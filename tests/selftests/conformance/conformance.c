@@ -628,8 +628,9 @@ static void *load_in_background(void *arg)
  * A registration while a load fails: another client holds the name nv_mem_nc (and claims no
  * memory), so on a host with memory_peers the target's nv_mem registers and its nv_mem_nc is
  * refused, and its init fails. The host holds the refused registration (race point
- * register.refused) while memory is registered: a client that takes it then holds a registration,
- * perhaps a pin the driver will call back for, that the failed init's unloading does not wait for.
+ * register.refused) while memory is registered: a client that takes it registers memory for a
+ * module whose init is failing (the host's unregistration waits for its release, but a pin the
+ * driver keeps past a release would call back into the unloaded module).
  */
 static void scenario_registration_while_the_load_fails(const char *name, const char *desc)
 {
