@@ -289,6 +289,7 @@ pub fn diagnose(fs: &Fs, opts: &Options) -> Result<Report, String> {
     }
     if let (Some(pm), Some(drv)) = (&peer_mem, &driver) {
         node.extend(peer_mem_findings(pm, drv));
+        node.extend(version_findings(fs, pm, drv));
     }
     node.push(finding(
         Severity::Ok,
@@ -298,8 +299,15 @@ pub fn diagnose(fs: &Fs, opts: &Options) -> Result<Report, String> {
         None,
     ));
 
+    let peermem_rs = match (&peer_mem, &driver) {
+        (Some(pm), Some(drv)) => loaded_peermem_rs(pm, drv).is_some(),
+        _ => false,
+    };
     for g in &mut gpus {
         g.findings = gpu_findings(g, driver.as_ref());
+        if let (true, Some(drv)) = (peermem_rs, &driver) {
+            g.findings.extend(mig_finding(fs, g, drv));
+        }
     }
     for n in &mut nics {
         n.findings = nic_findings(n);
@@ -963,6 +971,97 @@ fn client_usage(c: &probe::Client) -> String {
     } else {
         parts.join(", ")
     }
+}
+
+/// The leading number of a version ("550.163.01" -> 550, "24.10-1.1.4" -> 24) and the one after it.
+fn version_prefix(v: &str) -> Option<(u32, u32)> {
+    let mut parts = v.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+    Some((major, minor))
+}
+
+/// The MIG GPU instances of `g` the NVIDIA driver exposes: /proc/driver/nvidia/capabilities/gpu<N>/mig/gi<M>,
+/// one directory per instance (osRmCapRegisterSmcPartition, made with the instance), where N is the
+/// GPU's device minor (/proc/driver/nvidia/gpus/<bdf>/information, "Device Minor:").
+fn mig_instances(fs: &Fs, g: &Gpu) -> Vec<String> {
+    let info = fs
+        .read(&format!(
+            "/proc/driver/nvidia/gpus/{}/information",
+            g.dev.bdf
+        ))
+        .unwrap_or_default();
+    let minor = info.lines().find_map(|l| {
+        l.strip_prefix("Device Minor:")
+            .and_then(|m| m.trim().parse::<u32>().ok())
+    });
+    let Some(minor) = minor else {
+        return Vec::new();
+    };
+    fs.list(&format!("/proc/driver/nvidia/capabilities/gpu{minor}/mig"))
+        .into_iter()
+        .filter(|gi| gi.starts_with("gi"))
+        .collect()
+}
+
+/// peermem-rs, under its own name or as the drop-in, when it is loaded.
+fn loaded_peermem_rs<'a>(pm: &'a PeerMem, drv: &Driver) -> Option<&'a probe::Module> {
+    pm.peermem_rs.as_ref().or_else(|| {
+        pm.nvidia_peermem
+            .as_ref()
+            .filter(|_| nvidia_peermem_is(pm, drv) == Some(NvidiaPeermem::PeermemRs))
+    })
+}
+
+/// A GPU with MIG instances on a driver before 555, which refuses persistent pins there (550
+/// p2p.c `RmP2PGetGpuByAddress`): peermem-rs maps only persistent pins.
+fn mig_finding(fs: &Fs, g: &Gpu, drv: &Driver) -> Option<Finding> {
+    let driver = drv.version.as_deref()?;
+    if version_prefix(driver).is_none_or(|(major, _)| major >= 555) {
+        return None;
+    }
+    let mig = mig_instances(fs, g);
+    if mig.is_empty() {
+        return None;
+    }
+    Some(finding(
+        Severity::Fail,
+        "mig-persistent-pins-refused",
+        &g.name,
+        format!(
+            "{} {} has MIG GPU instances ({}), and NVIDIA driver {driver} refuses persistent pins on MIG-enabled GPUs (every driver before 555): peermem-rs maps only persistent pins, so it declines every registration of this GPU's memory (cause persistent_pins_unsupported)",
+            g.name,
+            g.dev.bdf,
+            abbreviate(&mig, 4)
+        ),
+        Some("upgrade the NVIDIA driver to 555 or later; or use NVIDIA's nvidia-peermem (its invalidating client pins non-persistently), or DMA-BUF (ibv_reg_dmabuf_mr)".into()),
+    ))
+}
+
+/// What the peer-memory host's version decides for peermem-rs (its README, "What it targets";
+/// docs/known-limits.md): the host's stop-notifier deadlock before MLNX_OFED/DOCA-OFED 25.04, for
+/// the invalidating flavour. (The driver's version decides per GPU: [`mig_finding`].)
+fn version_findings(fs: &Fs, pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let Some(rs) = loaded_peermem_rs(pm, drv) else {
+        return out;
+    };
+    let invalidating = rs.params.get("persistent_api_support").map(String::as_str) == Some("0");
+    let ofed = fs.read("/sys/module/mlx5_core/version");
+    if let (true, Some(ofed)) = (invalidating, ofed.as_deref()) {
+        if version_prefix(ofed).is_some_and(|v| v < (25, 4)) {
+            out.push(finding(
+                Severity::Slow,
+                "ofed-stop-notifier-deadlock",
+                "node",
+                format!(
+                    "peermem-rs's invalidating client (persistent_api_support=0) on MLNX_OFED/DOCA-OFED {ofed}: before 25.04 the host deadlocks on its own mapping lock when it tears down an invalidating memory region whose registration failed after mapping, and a later free of that memory then hangs the NVIDIA driver's lock for good"
+                ),
+                Some("upgrade MLNX_OFED/DOCA-OFED to 25.04 or later; or load peermem-rs with persistent_api_support=1 (its default)".into()),
+            ));
+        }
+    }
+    out
 }
 
 fn peermem_rs_findings(r: &probe::Module) -> Vec<Finding> {

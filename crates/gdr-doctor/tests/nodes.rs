@@ -889,3 +889,71 @@ fn stale_build_after_an_ofed_upgrade() {
         "{ok}"
     );
 }
+
+#[test]
+fn mig_instances_on_a_driver_before_555_refuse_peermem_rs() {
+    let fx = Fixture::new("dgx-h100");
+    // gpu0 (device minor 0) has two MIG GPU instances; 570 pins persistently on MIG.
+    fx.write(
+        "/proc/driver/nvidia/gpus/0000:1a:00.0/information",
+        "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 187\nDevice Minor: \t 0\n",
+    );
+    fx.write("/proc/driver/nvidia/capabilities/gpu0/mig/gi1/access", "");
+    fx.write("/proc/driver/nvidia/capabilities/gpu0/mig/gi2/access", "");
+    let (_, r) = fx.json(&[]);
+    assert!(!codes(&r["gpus"][0]["findings"]).contains(&"mig-persistent-pins-refused".to_string()));
+    // 550 refuses them: every registration of that GPU's memory is declined, the others work.
+    fx.write("/sys/module/nvidia/version", "550.163.01\n");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["gpus"][0]["findings"], "mig-persistent-pins-refused");
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.contains("gi1, gi2") && msg.contains("550.163.01"),
+        "{f}"
+    );
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("upgrade the NVIDIA driver to 555"),
+        "{f}"
+    );
+    assert_eq!(r["best_per_gpu"][0]["verdict"], "fails");
+    assert_eq!(r["best_per_gpu"][1]["verdict"], "works");
+    // MIG off (no GPU instance left): nothing again.
+    fx.remove("/proc/driver/nvidia/capabilities/gpu0/mig/gi1");
+    fx.remove("/proc/driver/nvidia/capabilities/gpu0/mig/gi2");
+    let (_, r) = fx.json(&[]);
+    assert!(!codes(&r["gpus"][0]["findings"]).contains(&"mig-persistent-pins-refused".to_string()));
+}
+
+#[test]
+fn invalidating_flavour_on_ofed_before_25_04_is_slow_with_its_fix() {
+    let fx = Fixture::new("dgx-h100");
+    // The persistent flavour (the fixture's) does not meet the host's stop-notifier bug.
+    let (_, r) = fx.json(&[]);
+    assert!(!node_codes(&r).contains(&"ofed-stop-notifier-deadlock".to_string()));
+    fx.write(
+        "/sys/module/peermem_rs/parameters/persistent_api_support",
+        "0\n",
+    );
+    let (_, r) = fx.json(&[]);
+    let f = find(&r["node_findings"], "ofed-stop-notifier-deadlock");
+    assert_eq!(f["severity"], "slow", "{f}");
+    assert!(
+        f["message"].as_str().unwrap().contains("24.10-1.1.4"),
+        "{f}"
+    );
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .contains("persistent_api_support=1"),
+        "{f}"
+    );
+    // 25.04 fixed it.
+    fx.write("/sys/module/mlx5_core/version", "25.04-0.6.0\n");
+    let (_, r) = fx.json(&[]);
+    assert!(!node_codes(&r).contains(&"ofed-stop-notifier-deadlock".to_string()));
+}
