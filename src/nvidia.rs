@@ -247,13 +247,15 @@ pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
 /// 550:330-335); every teardown of a non-persistent pin holds that lock across the client's
 /// callback and the frees (third_party_p2p.c 550:556-609). An error means the driver may not have
 /// waited: it could not allocate its stack (`-ENOMEM`, before RM), or RM refused its lock
-/// (`NV_ERR_INVALID_LOCK_STATE`; from 570 also `NV_ERR_NOT_READY`) or failed after it; nv-p2p.c WARNs at every
-/// RM error but "not found" (550 nv-p2p.c:324-338). Its caller asks again a bounded number of times
-/// (`BARRIER_TRIES` in `logic::registration`), then keeps its reference for good.
+/// (`NV_ERR_INVALID_LOCK_STATE`; from 570 also `NV_ERR_NOT_READY`) or failed after it; nv-p2p.c
+/// WARNs at every RM error but "not found" (550 nv-p2p.c:324-338). Its caller asks again a bounded
+/// number of times (`BARRIER_TRIES` in `logic::registration`), then keeps its reference for good.
 ///
-/// Drivers before 535 read the table before the lookup (the GPU UUID and the pin's flags), so this
-/// exists only in builds for the persistent API (535 and later); peermem-rs refuses its
-/// invalidating flavour, the only user, in the others.
+/// Drivers without the persistent API read the table before the lookup (the GPU UUID and the pin's
+/// flags: 515.43.04 nv-p2p.c:564-598, 530.30.02's `mem_info->bPersistent`), so this exists only in
+/// builds for the persistent API (its macro first appears in 525.105.17, whose put_pages, like
+/// 535's, looks the key up first); peermem-rs refuses its invalidating flavour, the only user, in
+/// the others.
 #[cfg(peermem_persistent_api)]
 pub(crate) fn wait_for_teardowns() -> Result {
     // A key that is no pin's: the address of this static, which is never a table the driver made.
