@@ -629,38 +629,21 @@ TEST_F(race, deregistration_while_the_teardown_frees)
 	EXPECT_EQ(0, bg_call_join(&dc));
 }
 
-/* The stale unpin: the deregistration's put_pages of the pin it made for the callback is held
- * before the driver's API lock; cudaFree tears that pin down (our callback runs, the driver frees
- * its table); then a registration of other memory in the same process pins, and the driver gives
- * its table the freed one's address (the stand-in's recycle_freed_pins: what a slab allocator
- * without KASAN's quarantine does, as the benchmark kernel's did in `make stress`). The driver
- * finds a pin by that address only (550 p2p.c:1455-1493): had the new pin been made before the
- * held put_pages goes on, it would unpin the other registration's pin without its callback and
- * free its table under it. peermem-rs's pins and unpins of those pins exclude each other
- * (N_PINS, src/client.rs), so the new registration waits until the held put_pages has returned
- * having found nothing. Fails when the new registration pins inside the window (the stand-in's
- * reused_put_pages, a WARN), or when the other registration's pin is gone or its callback lost. */
-TEST_F(race, stale_unpin_while_another_registration_pins)
+/* The stale-unpin windows' common part: a registration of the fixture's memory, its
+ * deregistration's put_pages held before the driver's API lock, cudaFree of that memory run to its
+ * end (our callback, then the pin's table freed and, with the stand-in's recycle_freed_pins, kept
+ * for the next pin), then a registration of @other started, which pins now or waits, and the held
+ * put_pages let go. @r is the other registration, joined. */
+static void hold_a_stale_unpin(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
+			       uint8_t *other, struct bg_reg *r)
 {
 	struct free_arg f = { self->gpu, self->handle };
 	struct dereg_arg d = { self->pmh };
-	long long reused = gpu_counter("reused_put_pages");
-	long long recycled = gpu_counter("recycled_pins");
-	long long stale = gpu_counter("stale_put_pages");
 	long long callbacks = gpu_counter("free_callbacks");
 	struct pmh_reg_mr mr;
-	struct pmh_query_mr q;
 	struct bg_call c, dc;
-	struct bg_reg r;
 	const char *where;
-	uint8_t *other;
-	__u64 other_handle;
 
-	if (!invalidating())
-		SKIP(return, "not applicable: the persistent client's pins are torn down by no free");
-	other = gpu_alloc(self->gpu, LEN, &other_handle);
-	ASSERT_NE(NULL, other);
-	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
 	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
 	d.mr = mr.handle;
 	race_gate(NV, "put_pages.before_lock", 0);
@@ -674,14 +657,64 @@ TEST_F(race, stale_unpin_while_another_registration_pins)
 	EXPECT_EQ(0, bg_call_join(&c));
 	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
 	/* The other registration pins now, or waits until the held put_pages has returned. */
-	bg_reg_start(&r, self->pmh, other, LEN, PMH_REG_WRITE);
-	where = racer_arrived(&r.tid, &r.done);
+	bg_reg_start(r, self->pmh, other, LEN, PMH_REG_WRITE);
+	where = racer_arrived(&r->tid, &r->done);
 	EXPECT_NE(NULL, where) TH_LOG("the other registration neither finished nor came to a lock; its stack:\n%s",
-				      stack_of(r.tid));
+				      stack_of(r->tid));
 	TH_LOG("the other registration %s", where ? where : "(nowhere)");
 	race_open(NV, "put_pages.before_lock");
 	EXPECT_EQ(0, bg_call_join(&dc));
-	EXPECT_EQ(0, bg_reg_join(&r));
+	EXPECT_EQ(0, bg_reg_join(r));
+}
+
+/* After a stale-unpin window: the other registration (@r, of the memory @other_handle) is whole:
+ * mapped, revoked by its own free's callback, deregistered cleanly; and that memory is freed. */
+static void other_registration_is_whole(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
+					struct bg_reg *r, __u64 other_handle)
+{
+	long long callbacks = gpu_counter("free_callbacks");
+	struct pmh_query_mr q;
+
+	if (r->rc) {
+		gpu_free(self->gpu, other_handle);
+		return;
+	}
+	ASSERT_EQ(0, pmh_query(self->pmh, r->mr.handle, &q, NULL, 0));
+	EXPECT_EQ(PMH_MR_MAPPED, q.state);
+	EXPECT_EQ(0, gpu_free(self->gpu, other_handle));
+	EXPECT_LT(callbacks, gpu_counter("free_callbacks"))
+		TH_LOG("freeing the other memory called back none of its pins: its pin was unpinned");
+	ASSERT_EQ(0, pmh_query(self->pmh, r->mr.handle, &q, NULL, 0));
+	EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
+	EXPECT_EQ(0, pmh_dereg(self->pmh, r->mr.handle));
+}
+
+/* The stale unpin: the deregistration's put_pages of the pin it made for the callback is held
+ * before the driver's API lock; cudaFree tears that pin down (our callback runs, the driver frees
+ * its table); then a registration of other memory in the same process pins, and the driver gives
+ * its table the freed one's address (the stand-in's recycle_freed_pins: what a slab allocator
+ * without KASAN's quarantine does, as the benchmark kernel's did in `make stress`). The driver
+ * finds a pin by that address only (550 p2p.c:1455-1493): had the new pin been made before the
+ * held put_pages goes on, it would unpin the other registration's pin without its callback and
+ * free its table under it. peermem-rs's pins and unpins of those pins exclude each other
+ * (N_PINS, src/client.rs), so the new registration waits until the held put_pages has returned
+ * having found nothing. Fails when the new registration pins inside the window (the stand-in's
+ * reused_put_pages, a WARN), or when the other registration's pin is gone or its callback lost. */
+TEST_F(race, stale_unpin_while_another_registration_pins)
+{
+	long long reused = gpu_counter("reused_put_pages");
+	long long recycled = gpu_counter("recycled_pins");
+	long long stale = gpu_counter("stale_put_pages");
+	struct bg_reg r;
+	uint8_t *other;
+	__u64 other_handle;
+
+	if (!invalidating())
+		SKIP(return, "not applicable: the persistent client's pins are torn down by no free");
+	other = gpu_alloc(self->gpu, LEN, &other_handle);
+	ASSERT_NE(NULL, other);
+	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
+	hold_a_stale_unpin(_metadata, self, other, &r);
 	/* The window was there: the other registration's pin got the torn-down table's address. */
 	EXPECT_LT(recycled, gpu_counter("recycled_pins"));
 	EXPECT_EQ(reused, gpu_counter("reused_put_pages"))
@@ -690,20 +723,7 @@ TEST_F(race, stale_unpin_while_another_registration_pins)
 		/* The held put_pages found nothing (so did our work item's, after the callback). */
 		EXPECT_LT(stale, gpu_counter("stale_put_pages"));
 	}
-	/* The other registration is whole: mapped, and revoked by its own free's callback. */
-	if (!r.rc) {
-		callbacks = gpu_counter("free_callbacks");
-		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
-		EXPECT_EQ(PMH_MR_MAPPED, q.state);
-		EXPECT_EQ(0, gpu_free(self->gpu, other_handle));
-		EXPECT_LT(callbacks, gpu_counter("free_callbacks"))
-			TH_LOG("freeing the other memory called back none of its pins: its pin was unpinned");
-		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
-		EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
-		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
-	} else {
-		gpu_free(self->gpu, other_handle);
-	}
+	other_registration_is_whole(_metadata, self, &r, other_handle);
 	munmap(other, LEN);
 }
 
@@ -721,17 +741,10 @@ TEST_F(race, stale_unpin_while_another_registration_pins)
  * makes no persistent pin. */
 TEST_F(race, stale_unpin_while_another_registration_acquires)
 {
-	struct free_arg f = { self->gpu, self->handle };
-	struct dereg_arg d = { self->pmh };
 	long long reused = gpu_counter("reused_put_pages");
 	long long internal = gpu_counter("internal_put_pages");
 	long long recycled = gpu_counter("recycled_pins");
-	long long callbacks = gpu_counter("free_callbacks");
-	struct pmh_reg_mr mr;
-	struct pmh_query_mr q;
-	struct bg_call c, dc;
 	struct bg_reg r;
-	const char *where;
 	uint8_t *other;
 	__u64 other_handle;
 	char pid[16];
@@ -746,45 +759,14 @@ TEST_F(race, stale_unpin_while_another_registration_acquires)
 	ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/internal_object_pid", pid));
 	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_into_persistent", "1"));
 	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
-	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
-	d.mr = mr.handle;
-	race_gate(NV, "put_pages.before_lock", 0);
-	bg_call_start(&dc, do_dereg, &d);
-	ASSERT_LT(0, race_wait_held(NV, "put_pages.before_lock", HELD_MS));
-	bg_call_start(&c, do_free, &f);
-	where = racer_arrived(&c.tid, &c.done);
-	ASSERT_STREQ("finished", where ? where : "(nowhere)")
-		TH_LOG("the free did not run to its end while the put_pages was held; its stack:\n%s", stack_of(c.tid));
-	EXPECT_EQ(0, bg_call_join(&c));
-	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
-	/* The other registration's acquire pins persistently now, or waits for the held put_pages. */
-	bg_reg_start(&r, self->pmh, other, LEN, PMH_REG_WRITE);
-	where = racer_arrived(&r.tid, &r.done);
-	EXPECT_NE(NULL, where) TH_LOG("the other registration neither finished nor came to a lock; its stack:\n%s",
-				      stack_of(r.tid));
-	TH_LOG("the other registration %s", where ? where : "(nowhere)");
-	race_open(NV, "put_pages.before_lock");
-	EXPECT_EQ(0, bg_call_join(&dc));
-	EXPECT_EQ(0, bg_reg_join(&r));
+	hold_a_stale_unpin(_metadata, self, other, &r);
 	/* The window was there: the other registration's persistent pin got the freed address. */
 	EXPECT_LT(recycled, gpu_counter("recycled_pins"));
 	EXPECT_EQ(reused, gpu_counter("reused_put_pages"))
 		TH_LOG("a put_pages unpinned a pin made after it began: the other registration's persistent pin");
 	EXPECT_EQ(internal, gpu_counter("internal_put_pages"))
 		TH_LOG("a put_pages found a persistent pin in RM's internal object");
-	/* The other registration is whole: mapped, revoked by its own free, deregistered cleanly. */
-	if (!r.rc) {
-		callbacks = gpu_counter("free_callbacks");
-		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
-		EXPECT_EQ(PMH_MR_MAPPED, q.state);
-		EXPECT_EQ(0, gpu_free(self->gpu, other_handle));
-		EXPECT_LT(callbacks, gpu_counter("free_callbacks"));
-		ASSERT_EQ(0, pmh_query(self->pmh, r.mr.handle, &q, NULL, 0));
-		EXPECT_EQ(PMH_MR_INVALIDATED, q.state);
-		EXPECT_EQ(0, pmh_dereg(self->pmh, r.mr.handle));
-	} else {
-		gpu_free(self->gpu, other_handle);
-	}
+	other_registration_is_whole(_metadata, self, &r, other_handle);
 	munmap(other, LEN);
 }
 
