@@ -161,6 +161,7 @@ pub struct Pair {
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     pub json: bool,
+    pub prometheus: bool,
     pub all: bool,
     pub strict: bool,
     pub hardware_only: bool,
@@ -1005,7 +1006,7 @@ fn mig_instances(fs: &Fs, g: &Gpu) -> Vec<String> {
 }
 
 /// peermem-rs, under its own name or as the drop-in, when it is loaded.
-fn loaded_peermem_rs<'a>(pm: &'a PeerMem, drv: &Driver) -> Option<&'a probe::Module> {
+pub fn loaded_peermem_rs<'a>(pm: &'a PeerMem, drv: &Driver) -> Option<&'a probe::Module> {
     pm.peermem_rs.as_ref().or_else(|| {
         pm.nvidia_peermem
             .as_ref()

@@ -10,6 +10,7 @@ mod models;
 mod modversions;
 mod pci;
 mod probe;
+mod prometheus;
 mod render;
 mod sysfs;
 
@@ -34,6 +35,8 @@ Options:
   --root DIR, --sysfs-root DIR
                         read DIR/sys, DIR/proc and DIR/lib/modules instead of the live system's
   --json                machine-readable report on stdout
+  --prometheus          the verdicts, the findings and peermem-rs's statistics in Prometheus'
+                        text format, for node_exporter's textfile collector (metrics: README)
   --all                 show the findings of every GPU/NIC pair, not only each GPU's best NIC
   --strict              exit status from the worst pair instead of each GPU's best NIC
   --hardware-only       judge only the hardware path (GPU model, PCIe path, ACS, IOMMU, links),
@@ -120,6 +123,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Parsed, String> 
             }
             "--root" | "--sysfs-root" => root = PathBuf::from(value(&flag)?),
             "--json" => opts.json = true,
+            "--prometheus" => opts.prometheus = true,
             "--all" => opts.all = true,
             "--strict" => opts.strict = true,
             "--hardware-only" => opts.hardware_only = true,
@@ -164,7 +168,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    if args.opts.json {
+    if args.opts.prometheus {
+        print!("{}", prometheus::text(&report, args.opts.all));
+    } else if args.opts.json {
         print!("{}", render::json(&report));
     } else {
         print!("{}", render::human(&report, args.opts.all));
