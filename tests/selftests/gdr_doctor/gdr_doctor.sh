@@ -66,7 +66,7 @@ codes=""
 [ $layout = switch ] && [ $iommu = off ] && want=0
 ktap_print_msg "GPU stand-in $gpu, NIC stand-in $nic: layout $layout ($link), IOMMU $iommu: expecting exit $want"
 
-ktap_set_plan 7
+ktap_set_plan 9
 
 "$doctor" > "$out" 2>&1
 rc=$?
@@ -121,6 +121,33 @@ stack_down() {
 	for u in $loaded; do rmmod "$u"; done
 	loaded=""
 }
+# --prometheus while an application holds a registration of 2 MiB of GPU memory: prom_check (a
+# parser of the text format written apart from gdr-doctor, docs/prometheus-text-format.md) must
+# read the whole output, and the statistics it finds must be the module's own, read at the same time.
+prometheus_with_a_registration() {
+	size=2097152
+	# shellcheck disable=SC2086
+	"$(dirname "$0")/hold_registration" $size sh -c \
+		"'$doctor' --prometheus --nvidia-module $nv_mod $declare > '$out.prom'; cat /sys/kernel/debug/peermem_rs/stats > '$out.stats'"
+	rc=$?
+	show "$out.prom"
+	"$(dirname "$0")/prom_check" < "$out.prom" > "$out.samples" 2> "$out.err"
+	prc=$?
+	show "$out.err"
+	ktap_print_msg "prom_check read $(wc -l < "$out.samples") samples; hold_registration exit $rc, prom_check exit $prc"
+	check "--prometheus with a registration live: prom_check reads all of it" \
+		sh -c "[ $rc = 0 ] && [ $prc = 0 ]"
+	live=$(sed -n 's/^live_registrations //p' "$out.stats")
+	pinned=$(sed -n 's/^pinned_bytes //p' "$out.stats")
+	check "peermem-rs's statistics in --prometheus: $live live registration, $pinned bytes pinned, as its stats file says" \
+		sh -c "[ '$live' = 1 ] && [ '$pinned' = $size ] &&
+			grep -qx 'peermem_rs_live_registrations{module=\"peermem_rs\"} $live' '$out.samples' &&
+			grep -qx 'peermem_rs_pinned_bytes{module=\"peermem_rs\"} $pinned' '$out.samples' &&
+			grep -q '^peermem_rs_info{module=\"peermem_rs\",' '$out.samples' &&
+			grep -qx 'gdr_doctor_findings{code=\"client-invisible\",severity=\"slow\",subject=\"node\"} 1' '$out.samples'"
+	rm -f "$out.prom" "$out.stats" "$out.samples" "$out.err"
+}
+
 nv_mod=nvidia_p2p_standin
 if stack_up "$PEERMEM_MODULES/dropin/nvidia-peermem.ko" nvidia_peermem; then
 	# shellcheck disable=SC2086
@@ -138,8 +165,11 @@ if stack_up "$PEERMEM_MODULES/peermem_rs.ko" peermem_rs; then
 	rc=$?
 	check "with peermem_rs on a host without memory_peers: applications will not find it (client-invisible, exit $rc)" \
 		sh -c "grep -q '\"code\": \"client-invisible\"' '$out' && [ $rc -ge 1 ]"
+	prometheus_with_a_registration
 else
 	ktap_test_fail "with the stand-ins and peermem_rs loaded: the modules did not load and register nv_mem"
+	ktap_test_fail "--prometheus with a registration live: the modules did not load"
+	ktap_test_fail "peermem-rs's statistics in --prometheus: the modules did not load"
 fi
 stack_down
 
