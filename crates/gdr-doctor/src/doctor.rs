@@ -162,6 +162,7 @@ pub struct Pair {
 pub struct Options {
     pub json: bool,
     pub prometheus: bool,
+    pub gpu_support: bool,
     pub all: bool,
     pub strict: bool,
     pub hardware_only: bool,

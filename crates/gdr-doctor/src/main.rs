@@ -37,6 +37,9 @@ Options:
   --json                machine-readable report on stdout
   --prometheus          the verdicts, the findings and peermem-rs's statistics in Prometheus'
                         text format, for node_exporter's textfile collector (metrics: README)
+  --gpu-support         only the first question: can each GPU do GPUDirect RDMA at all, and with
+                        which driver and client (exit 0 all can, 1 a model gdr-doctor does not
+                        know, 2 some cannot, 3 no GPU)
   --all                 show the findings of every GPU/NIC pair, not only each GPU's best NIC
   --strict              exit status from the worst pair instead of each GPU's best NIC
   --hardware-only       judge only the hardware path (GPU model, PCIe path, ACS, IOMMU, links),
@@ -124,6 +127,7 @@ fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Parsed, String> 
             "--root" | "--sysfs-root" => root = PathBuf::from(value(&flag)?),
             "--json" => opts.json = true,
             "--prometheus" => opts.prometheus = true,
+            "--gpu-support" => opts.gpu_support = true,
             "--all" => opts.all = true,
             "--strict" => opts.strict = true,
             "--hardware-only" => opts.hardware_only = true,
@@ -168,6 +172,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    if args.opts.gpu_support {
+        print!("{}", render::gpu_support(&report));
+        return ExitCode::from(render::gpu_support_status(&report) as u8);
+    }
     if args.opts.prometheus {
         print!("{}", prometheus::text(&report, args.opts.all));
     } else if args.opts.json {

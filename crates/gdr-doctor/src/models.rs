@@ -65,6 +65,53 @@ pub struct GpuModel {
     pub known: bool,
 }
 
+/// The question operators start from: can this GPU do GPUDirect RDMA at all, and with what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Support {
+    Yes,
+    /// Not in the table: most likely, but unconfirmed.
+    Unknown,
+    No,
+}
+
+impl Support {
+    pub fn key(self) -> &'static str {
+        match self {
+            Support::Yes => "yes",
+            Support::Unknown => "unknown",
+            Support::No => "no",
+        }
+    }
+}
+
+impl GpuModel {
+    /// Whether the GPU can do GPUDirect RDMA, whatever the node around it, and with which NVIDIA
+    /// driver flavour and peer-memory client: the answer first, then the condition.
+    pub fn support(&self) -> (Support, String) {
+        if !self.gdr {
+            return (
+                Support::No,
+                "no: its memory is unified with the CPU's behind the SoC, no PCIe device can reach it; register host memory with the NIC instead".into(),
+            );
+        }
+        match self.arch.open_modules_support() {
+            _ if self.arch == Arch::StandIn => (Support::Yes, "yes (declared)".into()),
+            Some(false) => (
+                Support::Yes,
+                format!("yes, with NVIDIA's proprietary driver and its nvidia-peermem; peermem-rs needs the open kernel modules, which do not drive {} GPUs", self.arch.name()),
+            ),
+            Some(true) => (
+                Support::Yes,
+                "yes, with either driver flavour: the open kernel modules with peermem-rs or NVIDIA's nvidia-peermem, or the proprietary driver with nvidia-peermem".into(),
+            ),
+            None => (
+                Support::Unknown,
+                "probably: this device is not in gdr-doctor's table; data-center and professional GPUs from Kepler on can".into(),
+            ),
+        }
+    }
+}
+
 use Arch::*;
 
 /// (PCI device ID, model, architecture, GPUDirect RDMA capable).
@@ -250,6 +297,20 @@ pub fn nic_name(vendor: u16, device: u16) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seed_question() {
+        let answer = |id| gpu_model(id).support();
+        // GB10 cannot; V100 can on the proprietary driver only; H100 with either; unknown: maybe.
+        assert_eq!(answer(0x2e12).0, Support::No);
+        let (v100, how) = answer(0x1db6);
+        assert_eq!(v100, Support::Yes);
+        assert!(how.contains("proprietary") && how.contains("nvidia-peermem"));
+        let (h100, how) = answer(0x2330);
+        assert_eq!(h100, Support::Yes);
+        assert!(how.contains("either"));
+        assert_eq!(answer(0xffff).0, Support::Unknown);
+    }
 
     #[test]
     fn required_models_are_in_the_table() {

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use crate::doctor::{self, Finding, Pair, Report, Severity, Verdict};
 use crate::json::Json;
-use crate::models::Arch;
+use crate::models::{Arch, Support};
 use crate::pci::{Acs, PciDev};
 use crate::probe::{Domain, Symbol};
 use crate::sysfs::human_size;
@@ -60,6 +60,9 @@ pub fn human(r: &Report, all: bool) -> String {
         r.root,
         if r.hardware_only { "; hardware checks only" } else { "" }
     );
+    // The answer first; the evidence and each fix follow, and the verdict is repeated at the end.
+    let _ = writeln!(out, "\n{}", verdict_line(r, "below"));
+    support_lines(&mut out, r);
 
     let nw = r
         .gpus
@@ -205,8 +208,56 @@ pub fn human(r: &Report, all: bool) -> String {
         }
     }
 
-    let _ = writeln!(out, "\n{}", verdict_line(r));
+    let _ = writeln!(out, "\n{}", verdict_line(r, "above"));
     out
+}
+
+/// Whether each GPU model can do GPUDirect RDMA at all, one line per model: its GPUs, the answer.
+fn support_lines(out: &mut String, r: &Report) {
+    let mut models: Vec<(&str, Vec<&str>, String)> = Vec::new();
+    for g in &r.gpus {
+        let what = format!("{} ({})", g.model.name, g.model.arch.name());
+        match models.iter_mut().find(|(m, ..)| *m == g.model.name) {
+            Some((_, names, _)) => names.push(&g.name),
+            None => models.push((&g.model.name, vec![&g.name], what)),
+        }
+    }
+    for (_, names, what) in models {
+        let g = r
+            .gpus
+            .iter()
+            .find(|g| g.name == names[0])
+            .expect("named above");
+        let who = match names.len() {
+            1 => names[0].to_string(),
+            2..=4 => names.join(", "),
+            n => format!("{} ... {} ({n} GPUs)", names[0], names[n - 1]),
+        };
+        let _ = writeln!(out, "  {who}: {what}: {}", g.model.support().1);
+    }
+}
+
+/// `--gpu-support`: the seed question alone, for each GPU whatever the node around it.
+pub fn gpu_support(r: &Report) -> String {
+    let mut out = format!("gdr-doctor {VERSION}: can these GPUs do GPUDirect RDMA at all?\n");
+    if r.gpus.is_empty() {
+        out.push_str("  no NVIDIA GPU found\n");
+        return out;
+    }
+    support_lines(&mut out, r);
+    out.push_str("Whether it works on this node (driver, peer-memory client, PCIe path): run gdr-doctor without --gpu-support.\n");
+    out
+}
+
+/// `--gpu-support`'s exit status: 0 every GPU can, 1 some GPU's model is unknown, 2 some GPU
+/// cannot, 3 no GPU.
+pub fn gpu_support_status(r: &Report) -> i32 {
+    match r.gpus.iter().map(|g| g.model.support().0).max() {
+        None => doctor::EXIT_NOTHING_TO_CHECK,
+        Some(Support::Yes) => 0,
+        Some(Support::Unknown) => 1,
+        Some(Support::No) => 2,
+    }
 }
 
 fn pair_block(out: &mut String, r: &Report, p: &Pair) {
@@ -243,7 +294,8 @@ fn pair_block(out: &mut String, r: &Report, p: &Pair) {
     }
 }
 
-fn verdict_line(r: &Report) -> String {
+/// The verdict; `where_` says where the [slow] and [FAIL] lines are ("above" or "below").
+fn verdict_line(r: &Report, where_: &str) -> String {
     let exit = r.exit_status();
     let Some(v) = r.verdict() else {
         return format!("Verdict: nothing to check: no GPU or no RDMA NIC (exit {exit})");
@@ -273,8 +325,8 @@ fn verdict_line(r: &Report) -> String {
     match v {
         Verdict::Works if r.strict => format!("Verdict: GPUDirect RDMA will work between every GPU and every NIC (exit {exit})"),
         Verdict::Works => format!("Verdict: GPUDirect RDMA will work: every GPU has a NIC it works with (exit {exit})"),
-        Verdict::Slow => format!("Verdict: GPUDirect RDMA may work slowly for {who}: fix the [slow] lines above (exit {exit})"),
-        Verdict::Fails => format!("Verdict: GPUDirect RDMA will not work for {who}: fix the [FAIL] lines above (exit {exit})"),
+        Verdict::Slow => format!("Verdict: GPUDirect RDMA may work slowly for {who}: fix the [slow] lines {where_} (exit {exit})"),
+        Verdict::Fails => format!("Verdict: GPUDirect RDMA will not work for {who}: fix the [FAIL] lines {where_} (exit {exit})"),
     }
 }
 
@@ -321,6 +373,8 @@ pub fn json(r: &Report) -> String {
                 .with("known_model", g.model.known)
                 .with("declared", g.declared)
                 .with("gpudirect_rdma_capable", g.model.gdr)
+                .with("gpudirect_rdma_support", g.model.support().0.key())
+                .with("gpudirect_rdma_support_text", g.model.support().1)
                 .with(
                     "bar1",
                     g.bar.map_or(Json::Null, |b| {

@@ -957,3 +957,55 @@ fn invalidating_flavour_on_ofed_before_25_04_is_slow_with_its_fix() {
     let (_, r) = fx.json(&[]);
     assert!(!node_codes(&r).contains(&"ofed-stop-notifier-deadlock".to_string()));
 }
+
+/// The seed question, answer first: can each GPU do GPUDirect RDMA at all, whatever the node.
+#[test]
+fn can_this_gpu_do_gpudirect_rdma_at_all() {
+    let cases = [
+        ("gb10-spark", 2, "gpu0: GB10 (Blackwell): no: its memory is unified with the CPU's"),
+        ("v100-proprietary", 0, "gpu0, gpu1, gpu2, gpu3: Tesla V100 PCIe 32GB (Volta): yes, with NVIDIA's proprietary driver and its nvidia-peermem"),
+        ("dgx-h100", 0, "gpu0 ... gpu7 (8 GPUs): H100 SXM5 80GB (Hopper): yes, with either driver flavour"),
+        ("vm-switch", 3, "no NVIDIA GPU found"),
+    ];
+    for (name, status, answer) in cases {
+        let fx = Fixture::new(name);
+        let out = fx.run(&["--gpu-support"]);
+        assert_eq!(out.status, status, "{name}: {}", out.stdout);
+        assert!(
+            out.stdout
+                .lines()
+                .nth(1)
+                .is_some_and(|l| l.contains(answer)),
+            "{name}:\n{}",
+            out.stdout
+        );
+        // The whole report starts with the same answer, after the verdict.
+        let full = fx.run(&[]);
+        let head: Vec<&str> = full.stdout.lines().take(4).collect();
+        if status != 3 {
+            assert!(
+                head[2].starts_with("Verdict: ") && head[3].contains(answer),
+                "{name}:\n{}",
+                full.stdout
+            );
+        }
+        let (_, json) = fx.json(&[]);
+        for g in json["gpus"].as_array().unwrap() {
+            let want = if status == 2 { "no" } else { "yes" };
+            assert_eq!(g["gpudirect_rdma_support"], want, "{name}");
+        }
+    }
+    // A model the table does not know: "probably", exit 1.
+    let fx = Fixture::new("dgx-h100");
+    let gpu = std::fs::read_link(fx.path("/sys/bus/pci/devices/0000:1a:00.0")).unwrap();
+    let dev = fx.path("/sys/bus/pci/devices").join(gpu).join("device");
+    std::fs::write(&dev, "0xfffe\n").unwrap();
+    let out = fx.run(&["--gpu-support"]);
+    assert_eq!(out.status, 1, "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("gpu0: NVIDIA GPU 10de:fffe (unknown architecture): probably"),
+        "{}",
+        out.stdout
+    );
+}
