@@ -2,6 +2,7 @@
 //! The diagnosis: GPUs and RDMA NICs, what stands between each pair, and a verdict with every reason
 //! and its fix.
 
+use crate::libs;
 use crate::models::{self, Arch, GpuModel};
 use crate::pci::{self, Acs, Bar, Link, PathInfo, PciDev};
 use crate::probe::{self, Domain, Driver, Flavour, Iommu, PeerMem, Symbol};
@@ -181,6 +182,8 @@ pub struct Report {
     pub pairs: Vec<Pair>,
     pub driver: Option<Driver>,
     pub peer_mem: Option<PeerMem>,
+    /// What DMA-BUF needs here, and each installed library's path (not with --hardware-only).
+    pub libraries: Option<(libs::DmaBuf, Vec<libs::Decision>)>,
     pub iommu: Iommu,
 }
 
@@ -292,6 +295,12 @@ pub fn diagnose(fs: &Fs, opts: &Options) -> Result<Report, String> {
     if let (Some(pm), Some(drv)) = (&peer_mem, &driver) {
         node.extend(peer_mem_findings(pm, drv));
         node.extend(version_findings(fs, pm, drv));
+    }
+    let mut libraries = None;
+    if let Some(drv) = &driver {
+        let (dmabuf, decisions, found) = libs::findings(fs, drv, peer_mem.as_ref());
+        node.extend(found);
+        libraries = Some((dmabuf, decisions));
     }
     node.push(finding(
         Severity::Ok,
@@ -415,6 +424,7 @@ pub fn diagnose(fs: &Fs, opts: &Options) -> Result<Report, String> {
         pairs,
         driver,
         peer_mem,
+        libraries,
         iommu,
     })
 }
@@ -593,8 +603,9 @@ pub fn nvidia_peermem_is(pm: &PeerMem, drv: &Driver) -> Option<NvidiaPeermem> {
 /// The files GPUDirect RDMA users test to decide whether a GPU peer-memory client is there. None of
 /// them asks the module or reads a file: each tests whether one of its paths exists (`access(F_OK)`),
 /// in order. From NCCL src/transport/net_ib/gdr.cc, UCX src/uct/ib/base/ib_md.c, NVSHMEM
-/// src/modules/transport/common/transport_ib_common.cpp, UCC src/components/tl/mlx5/tl_mlx5_context.c;
-/// tests/selftests/peermem/gdr_detect.c makes the same checks in the test VM.
+/// src/modules/transport/common/transport_ib_common.cpp, UCC src/components/tl/mlx5/tl_mlx5_context.c
+/// (docs/library-paths.md, NC-3/NC-4, UX-3, NV-2, UC-2); tests/selftests/peermem/gdr_detect.c makes
+/// the same checks in the test VM.
 pub const APP_CHECKS: [(&str, &[&str]); 6] = [
     (
         "NCCL >= 2.23.4",
@@ -727,8 +738,45 @@ fn provider_names(v: &[&probe::SymbolVersion]) -> Vec<String> {
     names
 }
 
+/// Installed clients built without the peer-memory host's API (not naming
+/// ib_register_peer_memory_client), and not loaded: NVIDIA's nvidia-peermem built so (the driver
+/// installed before MLNX_OFED/DOCA-OFED) returns EINVAL from its init in every release from 535 to
+/// 590 (nvidia-peermem.c, nv_mem_client_init), so `modprobe nvidia-peermem` fails with "Invalid
+/// argument" and nothing registers. peermem-rs refuses to build without the host (configure.sh).
+fn unusable_client_findings(pm: &PeerMem) -> Vec<Finding> {
+    let any_loaded = pm.peermem_rs.is_some() || pm.nvidia_peermem.is_some();
+    pm.installed_clients
+        .iter()
+        .filter(|c| !c.uses_peer_memory_api)
+        .filter(|c| match c.module.as_str() {
+            "peermem_rs" => pm.peermem_rs.is_none(),
+            _ => pm.nvidia_peermem.is_none(),
+        })
+        .map(|c| {
+            let (who, fix) = if c.is_peermem_rs {
+                ("peermem-rs", "rebuild peermem-rs with MLNX_OFED/DOCA-OFED installed: make dkms-install (packaging/configure.sh finds the host's peer_mem.h and Module.symvers)".to_string())
+            } else {
+                ("NVIDIA's nvidia-peermem", "install MLNX_OFED/DOCA-OFED first, then rebuild the NVIDIA driver's kernel modules so that nvidia-peermem is built against its ib_core (dkms autoinstall, or reinstall the driver), and modprobe nvidia-peermem; or install peermem-rs as the drop-in (make dkms-install)".to_string())
+            };
+            finding(
+                if any_loaded { Severity::Note } else { Severity::Fail },
+                "client-without-peer-memory",
+                "node",
+                format!(
+                    "{} ({who}) was built without the peer-memory host's API (it does not name {}): its init fails with EINVAL, so loading it fails with \"Invalid argument\" and it registers nothing{}",
+                    c.file,
+                    probe::PEER_MEM_SYMBOL,
+                    if any_loaded { "; another client is loaded" } else { "" }
+                ),
+                Some(fix),
+            )
+        })
+        .collect()
+}
+
 fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
     let mut out = symbol_version_findings(pm);
+    out.extend(unusable_client_findings(pm));
     let host = pm.memory_peers || matches!(pm.symbol, Symbol::Found(_));
     let symbol_text = match &pm.symbol {
         Symbol::Found(Some(m)) => format!("{} exported by [{m}]", probe::PEER_MEM_SYMBOL),
@@ -852,6 +900,26 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
                 loaded.join(", ")
             ),
             None,
+        ));
+    } else if let Some(c) = pm.installed_clients.first() {
+        // Installed but not loaded: either the kernel refused it (a finding above says why) or
+        // nobody loaded it.
+        let refused = !c.uses_peer_memory_api
+            || pm
+                .symbol_versions
+                .iter()
+                .any(|v| v.client == c.module && !v.matches());
+        let module = c.module.replace('_', "-");
+        out.push(finding(
+            Severity::Fail,
+            "no-peer-memory-client",
+            "node",
+            format!("no GPU peer-memory client is loaded, so ibv_reg_mr() on GPU memory fails (EFAULT); {} is installed{}", c.file, if refused { " but cannot load" } else { "" }),
+            Some(if refused {
+                format!("fix the [FAIL] line about {} above, then modprobe {module}", c.file)
+            } else {
+                format!("modprobe {module}, and have it loaded at boot (echo {module} > /etc/modules-load.d/{module}.conf)")
+            }),
         ));
     } else {
         let fix = match drv.flavour {

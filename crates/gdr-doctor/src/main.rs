@@ -6,6 +6,7 @@
 
 mod doctor;
 mod json;
+mod libs;
 mod models;
 mod modversions;
 mod pci;

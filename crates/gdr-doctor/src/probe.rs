@@ -233,6 +233,8 @@ pub struct PeerMem {
     pub debugfs_readable: bool,
     /// The installed clients' symbol versions against their installed providers.
     pub symbol_versions: Vec<SymbolVersion>,
+    /// The installed clients' module files.
+    pub installed_clients: Vec<InstalledClient>,
 }
 
 pub fn find_symbol(kallsyms: impl BufRead, symbol: &str) -> Symbol {
@@ -339,6 +341,38 @@ pub fn modinfo(ko: &[u8], key: &str) -> Option<String> {
     None
 }
 
+/// A peer-memory client's module file installed for the running kernel.
+#[derive(Clone, Debug)]
+pub struct InstalledClient {
+    /// peermem_rs or nvidia_peermem.
+    pub module: String,
+    pub file: String,
+    /// peermem-rs (its modinfo description says so) rather than NVIDIA's module.
+    pub is_peermem_rs: bool,
+    /// The file names ib_register_peer_memory_client (in its symbol versions or its symbol
+    /// table): it was built against a peer-memory host. NVIDIA's module built without one returns
+    /// EINVAL from its init, so it cannot be loaded at all.
+    pub uses_peer_memory_api: bool,
+}
+
+pub fn probe_installed_clients(fs: &Fs) -> Vec<InstalledClient> {
+    ["peermem_rs", "nvidia_peermem"]
+        .into_iter()
+        .filter_map(|module| {
+            let (file, ko) = installed_module_file(fs, module)?;
+            Some(InstalledClient {
+                module: module.to_string(),
+                file,
+                is_peermem_rs: module == "peermem_rs"
+                    || modinfo(&ko, "description").is_some_and(|d| d.contains("peermem-rs")),
+                uses_peer_memory_api: ko
+                    .windows(PEER_MEM_SYMBOL.len())
+                    .any(|w| w == PEER_MEM_SYMBOL.as_bytes()),
+            })
+        })
+        .collect()
+}
+
 /// The symbol versions of the installed peer-memory clients (peermem_rs, nvidia_peermem) against
 /// their installed providers, for the symbols of the peer-memory host and the NVIDIA driver. Empty
 /// where nothing is installed, the files are compressed, or the kernel has no symbol versions (all
@@ -426,6 +460,7 @@ pub fn probe_peer_mem(fs: &Fs) -> PeerMem {
         nv_peer_mem: fs.read("/sys/module/nv_peer_mem/version").is_some(),
         debugfs_readable: !fs.list("/sys/kernel/debug").is_empty(),
         symbol_versions: probe_symbol_versions(fs),
+        installed_clients: probe_installed_clients(fs),
     }
 }
 

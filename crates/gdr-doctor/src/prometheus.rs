@@ -254,6 +254,33 @@ pub fn text(r: &Report, all: bool) -> String {
             n as u64,
         );
     }
+    if let Some((d, decisions)) = &r.libraries {
+        for (name, (state, _)) in d.requirements() {
+            x.add(
+                "gdr_doctor_dmabuf_requirement",
+                "gauge",
+                "What DMA-BUF registration of GPU memory needs (gpu: the open kernel modules; kernel: ib_umem_dmabuf_get; verbs: ibv_reg_dmabuf_mr in libibverbs), by state (yes, no, unknown); value 1.",
+                vec![("requirement", name.to_string()), ("state", state.key().to_string())],
+                1,
+            );
+        }
+        for dec in decisions {
+            let i = &dec.installed;
+            x.add(
+                "gdr_doctor_library_path",
+                "gauge",
+                "The path GPUDirect RDMA takes for each installed library (dmabuf, peer-memory, none, no-gpu-support); value 1. needs_peer_memory=\"true\" where a peer-memory client such as peermem-rs is what it uses.",
+                vec![
+                    ("library", i.lib.key().to_string()),
+                    ("version", i.version.map_or(String::new(), |(a, b, c)| format!("{a}.{b}.{c}"))),
+                    ("file", i.file.clone()),
+                    ("path", dec.path.key().to_string()),
+                    ("needs_peer_memory", dec.needs_peer_memory.to_string()),
+                ],
+                1,
+            );
+        }
+    }
     if let (Some(pm), Some(drv)) = (&r.peer_mem, &r.driver) {
         if let Some(m) = doctor::loaded_peermem_rs(pm, drv) {
             module_stats(&mut x, m);

@@ -517,6 +517,35 @@ pub fn json(r: &Report) -> String {
                 ),
             )
     });
+    let libraries = r.libraries.as_ref().map_or(Json::Null, |(d, decisions)| {
+        let mut dmabuf = Json::obj().with("ready", d.ready().key());
+        for (name, (state, why)) in d.requirements() {
+            dmabuf = dmabuf.with(
+                name,
+                Json::obj().with("state", state.key()).with("why", why),
+            );
+        }
+        Json::obj().with("dmabuf", dmabuf).with(
+            "paths",
+            Json::Arr(
+                decisions
+                    .iter()
+                    .map(|x| {
+                        Json::obj()
+                            .with("library", x.installed.lib.key())
+                            .with(
+                                "version",
+                                x.installed.version.map(|(a, b, c)| format!("{a}.{b}.{c}")),
+                            )
+                            .with("file", &x.installed.file)
+                            .with("path", x.path.key())
+                            .with("why", &x.why)
+                            .with("needs_peer_memory", x.needs_peer_memory)
+                    })
+                    .collect(),
+            ),
+        )
+    });
     let iommu = Json::obj()
         .with("units", r.iommu.units.clone())
         .with("groups", r.iommu.groups.len())
@@ -589,6 +618,7 @@ pub fn json(r: &Report) -> String {
         .with("nics", Json::Arr(nics))
         .with("driver", driver)
         .with("peer_memory", peer_mem)
+        .with("libraries", libraries)
         .with("iommu", iommu)
         .with("node_findings", findings_json(&r.node))
         .with("best_per_gpu", Json::Arr(best))
