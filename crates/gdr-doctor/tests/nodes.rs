@@ -4,16 +4,7 @@
 
 mod common;
 
-use common::{codes, elf_module, find, pair, versions, Fixture};
-
-const ALL_FIXTURES: [&str; 6] = [
-    "dgx-h100",
-    "v100-proprietary",
-    "gb10-spark",
-    "iommu-acs",
-    "vm-switch",
-    "vm-split",
-];
+use common::{codes, elf_module, find, pair, versions, Fixture, ALL_FIXTURES};
 
 fn node_codes(r: &serde_json::Value) -> Vec<String> {
     codes(&r["node_findings"])
@@ -117,6 +108,8 @@ fn dgx_h100_every_gpu_has_a_pix_nic() {
             "client-registered",
             "applications",
             "peermem-rs",
+            "dmabuf",
+            "libraries",
             "iommu"
         ]
     );
@@ -1007,5 +1000,213 @@ fn can_this_gpu_do_gpudirect_rdma_at_all() {
             .contains("gpu0: NVIDIA GPU 10de:fffe (unknown architecture): probably"),
         "{}",
         out.stdout
+    );
+}
+
+/// The node's finding with `code`, its severity and its fix.
+fn node_finding(r: &serde_json::Value, code: &str) -> (String, String, String) {
+    let f = find(&r["node_findings"], code);
+    (
+        f["severity"].as_str().unwrap().to_string(),
+        f["message"].as_str().unwrap().to_string(),
+        f["fix"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+/// The path --json gives each library.
+fn library_paths(r: &serde_json::Value) -> Vec<(String, String, bool)> {
+    r["libraries"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["library"].as_str().unwrap().to_string(),
+                p["path"].as_str().unwrap().to_string(),
+                p["needs_peer_memory"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A current node: DMA-BUF is there, so NCCL, UCX (and Open MPI through it) and NVSHMEM take it;
+/// UCC's tl/mlx5 has only peer memory, which the drop-in serves.
+#[test]
+fn each_library_takes_dmabuf_where_it_can() {
+    let fx = Fixture::new("dmabuf-libraries");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0);
+    assert_eq!(r["libraries"]["dmabuf"]["ready"], "yes");
+    let (sev, msg, _) = node_finding(&r, "dmabuf");
+    assert_eq!(sev, "ok", "{msg}");
+    let want = [
+        ("nccl", "dmabuf", false),
+        ("ucx", "dmabuf", false),
+        ("nvshmem", "dmabuf", false),
+        ("ucc", "peer-memory", true),
+        ("openmpi", "dmabuf", false),
+    ];
+    let got = library_paths(&r);
+    assert_eq!(
+        got,
+        want.map(|(l, p, n)| (l.to_string(), p.to_string(), n)),
+        "{:#}",
+        r["libraries"]
+    );
+    let human = fx.run(&[]).stdout;
+    for line in [
+        "NCCL 2.27.3 (/usr/lib/x86_64-linux-gnu/libnccl.so.2): GPUDirect RDMA over DMA-BUF: DMA-BUF is preferred when both work; with NCCL_DMABUF_ENABLE=0, peer memory (it finds /sys/module/nvidia_peermem/version)",
+        "UCC 1.4.4 (/usr/lib/x86_64-linux-gnu/libucc.so.1.0.0): GPUDirect RDMA over peer memory",
+        "Open MPI 4.1.7 (/usr/lib/x86_64-linux-gnu/libmpi.so.40.30.5): GPUDirect RDMA over DMA-BUF: through its UCX PML, UCX 1.19.0's path",
+    ] {
+        assert!(human.contains(line), "missing {line:?} in\n{human}");
+    }
+
+    // Without the kernel's dma-buf registration every library falls back to the peer-memory
+    // client it finds: the drop-in, which each current release looks for.
+    let kallsyms = fx
+        .read("/proc/kallsyms")
+        .replace("ib_umem_dmabuf_get", "ib_umem_get");
+    fx.write("/proc/kallsyms", kallsyms);
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0);
+    assert_eq!(r["libraries"]["dmabuf"]["kernel"]["state"], "no");
+    for (lib, path, needs) in library_paths(&r) {
+        assert_eq!((path.as_str(), needs), ("peer-memory", true), "{lib}");
+    }
+}
+
+/// An older userland on a current host: no DMA-BUF (rdma-core 28), and NCCL 2.18 looks only in
+/// memory_peers, which this kernel does not have: no GPUDirect RDMA for it (slow), with both fixes.
+/// UCX built without CUDA does not handle GPU memory at all.
+#[test]
+fn an_old_library_on_a_current_kernel_gets_no_gpudirect_rdma() {
+    let fx = Fixture::new("legacy-libraries");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 1);
+    assert_eq!(r["libraries"]["dmabuf"]["verbs"]["state"], "no");
+    assert_eq!(
+        library_paths(&r),
+        [
+            ("nccl".to_string(), "none".to_string(), false),
+            ("ucx".to_string(), "no-gpu-support".to_string(), false)
+        ]
+    );
+    let f = &r["node_findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "library-path" && f["subject"] == "nccl")
+        .unwrap()
+        .clone();
+    assert_eq!(f["severity"], "slow");
+    let fix = f["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("rdma-core 34 or later")
+            && fix.contains("upgrade NCCL to 2.23.4 or later")
+            && fix.contains("drop-in"),
+        "{fix}"
+    );
+    // With rdma-core 34's libibverbs, DMA-BUF is its path.
+    fx.remove("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.8.28.0");
+    fx.write(
+        "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.34.0",
+        b"\x7fELF\0IBVERBS_1.12\0".as_slice(),
+    );
+    let (_, r) = fx.json(&[]);
+    assert_eq!(
+        library_paths(&r)[0],
+        ("nccl".to_string(), "dmabuf".to_string(), false)
+    );
+}
+
+/// The drop-in built against DOCA-OFED 25.04's ib_core, which 25.07 replaced: refused by the
+/// kernel; gdr-doctor names the CRCs and the rebuild, and the missing client points to it.
+#[test]
+fn stale_build_fixture_names_the_rebuild() {
+    let fx = Fixture::new("stale-build");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let (sev, msg, fix) = node_finding(&r, "stale-build");
+    assert_eq!(sev, "fail");
+    assert!(
+        msg.contains("linked against 0x5d8b2c71, ib_core (/lib/modules/6.8.0-90-generic/updates/dkms/ib_core.ko) exports 0x9e44f1b3"),
+        "{msg}"
+    );
+    assert!(
+        fix.starts_with(
+            "rebuild it against the installed providers: dkms build --force -m peermem-rs -v 0.1.0"
+        ),
+        "{fix}"
+    );
+    let (sev, msg, fix) = node_finding(&r, "no-peer-memory-client");
+    assert_eq!(sev, "fail");
+    assert!(msg.ends_with("is installed but cannot load"), "{msg}");
+    assert!(fix.starts_with("fix the [FAIL] line about /lib/modules/6.8.0-90-generic/updates/dkms/nvidia-peermem.ko above"), "{fix}");
+}
+
+/// NVIDIA's nvidia-peermem built before DOCA-OFED was installed: it names no peer-memory symbol,
+/// so its init returns EINVAL and it can never load.
+#[test]
+fn nvidia_peermem_built_without_the_peer_memory_api() {
+    let fx = Fixture::new("nvidia-peermem-without-ofed");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let (sev, msg, fix) = node_finding(&r, "client-without-peer-memory");
+    assert_eq!(sev, "fail");
+    assert!(
+        msg.contains("(NVIDIA's nvidia-peermem) was built without the peer-memory host's API")
+            && msg.contains("\"Invalid argument\""),
+        "{msg}"
+    );
+    assert!(
+        fix.starts_with(
+            "install MLNX_OFED/DOCA-OFED first, then rebuild the NVIDIA driver's kernel modules"
+        ),
+        "{fix}"
+    );
+    // Once it names the symbol (rebuilt against the host), that finding is gone and the client
+    // only needs loading.
+    let lib = "/lib/modules/6.8.0-90-generic/updates/dkms/nvidia-peermem.ko";
+    let mut ko = std::fs::read(fx.path(lib)).unwrap();
+    ko.extend_from_slice(b"ib_register_peer_memory_client\0");
+    fx.write(lib, ko);
+    let (_, r) = fx.json(&[]);
+    assert!(!node_codes(&r).contains(&"client-without-peer-memory".to_string()));
+    let (_, _, fix) = node_finding(&r, "no-peer-memory-client");
+    assert!(fix.starts_with("modprobe nvidia-peermem"), "{fix}");
+}
+
+/// The two version findings of docs/known-limits.md, each in its own recorded tree.
+#[test]
+fn version_cases_in_their_own_trees() {
+    let fx = Fixture::new("mig-550");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let f = find(&r["gpus"][0]["findings"], "mig-persistent-pins-refused");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("MIG GPU instances (gi1, gi2)"),
+        "{f}"
+    );
+    assert!(
+        f["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("upgrade the NVIDIA driver to 555 or later"),
+        "{f}"
+    );
+
+    let fx = Fixture::new("ofed-2410-invalidating");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 1);
+    let (sev, msg, fix) = node_finding(&r, "ofed-stop-notifier-deadlock");
+    assert_eq!(sev, "slow");
+    assert!(msg.contains("24.10-1.1.4"), "{msg}");
+    assert!(
+        fix.starts_with("upgrade MLNX_OFED/DOCA-OFED to 25.04 or later"),
+        "{fix}"
     );
 }

@@ -12,16 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-use common::Fixture;
-
-const FIXTURES: [&str; 6] = [
-    "dgx-h100",
-    "v100-proprietary",
-    "gb10-spark",
-    "iommu-acs",
-    "vm-switch",
-    "vm-split",
-];
+use common::{Fixture, ALL_FIXTURES};
 
 /// A sample as `name{a="x",b="y"}` (labels sorted, values escaped as the format escapes them) and
 /// its value.
@@ -154,7 +145,7 @@ fn verdict_value(v: &str) -> f64 {
 
 #[test]
 fn every_fixture_parses_and_says_what_json_says() {
-    for name in FIXTURES {
+    for name in ALL_FIXTURES {
         let fx = Fixture::new(name);
         let x = expose(&fx, &[]);
         let s = &x.samples;
@@ -225,6 +216,26 @@ fn every_fixture_parses_and_says_what_json_says() {
             assert!(
                 s[&format!("gdr_doctor_problems{{severity=\"{sev}\"}}")] >= n as f64,
                 "{name}: {sev}"
+            );
+        }
+        // Each library's path, as --json gives it.
+        let paths = x.json["libraries"]["paths"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let series: Vec<&String> = s
+            .keys()
+            .filter(|k| k.starts_with("gdr_doctor_library_path{"))
+            .collect();
+        assert_eq!(series.len(), paths.len(), "{name}: {series:?}");
+        for p in &paths {
+            let (lib, path) = (p["library"].as_str().unwrap(), p["path"].as_str().unwrap());
+            assert!(
+                series
+                    .iter()
+                    .any(|k| k.contains(&format!("library=\"{lib}\""))
+                        && k.contains(&format!("path=\"{path}\""))),
+                "{name}: no series for {lib} {path} in {series:?}"
             );
         }
         for (family, kind) in &x.types {

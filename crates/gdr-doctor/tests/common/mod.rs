@@ -13,6 +13,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_gdr-doctor");
 
+/// Every recorded tree of tests/fixtures (make-fixtures.py writes them).
+pub const ALL_FIXTURES: [&str; 12] = [
+    "dgx-h100",
+    "v100-proprietary",
+    "gb10-spark",
+    "iommu-acs",
+    "vm-switch",
+    "vm-split",
+    "dmabuf-libraries",
+    "legacy-libraries",
+    "stale-build",
+    "nvidia-peermem-without-ofed",
+    "mig-550",
+    "ofed-2410-invalidating",
+];
+
 pub struct Fixture {
     pub root: PathBuf,
 }
