@@ -128,6 +128,10 @@ def build(kdir):
         shutil.copy2(ko, PAYLOAD / "modules")
     # NVIDIA's own nvidia-peermem.ko, built against the stand-ins: the reference implementation.
     run([str(REPO / "tests/reference/build-nvidia-peermem.sh"), str(PAYLOAD / "modules")])
+    # And as NVIDIA's build makes it when the driver is installed before the OFED: it never loads.
+    run([str(REPO / "tests/reference/build-nvidia-peermem.sh"), "--without-peer-memory",
+         "--out", str(REPO / ".build/reference/nvidia-peermem-without-ofed"),
+         str(PAYLOAD / "modules" / "without-ofed")])
     log("building the kselftests")
     for collection in sorted(p.name for p in SELFTESTS.iterdir() if (p / "Makefile").exists()):
         out = RUN / "selftests-build" / collection

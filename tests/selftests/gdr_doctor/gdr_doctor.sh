@@ -66,7 +66,7 @@ codes=""
 [ $layout = switch ] && [ $iommu = off ] && want=0
 ktap_print_msg "GPU stand-in $gpu, NIC stand-in $nic: layout $layout ($link), IOMMU $iommu: expecting exit $want"
 
-ktap_set_plan 9
+ktap_set_plan 12
 
 "$doctor" > "$out" 2>&1
 rc=$?
@@ -172,6 +172,57 @@ else
 	ktap_test_fail "peermem-rs's statistics in --prometheus: the modules did not load"
 fi
 stack_down
+
+# NVIDIA's nvidia-peermem as NVIDIA's build makes it when the driver is installed before the OFED
+# (tests/reference/build-nvidia-peermem.sh --without-peer-memory): the kernel runs its init, which
+# fails with EINVAL. Installed for this kernel (modules.dep, as DKMS installs it), gdr-doctor must
+# say why it does not load and how to rebuild it. Then NVIDIA's module built with the OFED loads,
+# and gdr-doctor must tell it from the drop-in.
+rel=$(uname -r)
+lib=/lib/modules/$rel
+[ -e "$lib/modules.dep" ] && cp "$lib/modules.dep" /tmp/modules.dep.saved
+installed_without_ofed() {
+	mkdir -p "$lib/updates/dkms" &&
+		cp "$PEERMEM_MODULES/without-ofed/nvidia-peermem.ko" "$lib/updates/dkms/" &&
+		echo "updates/dkms/nvidia-peermem.ko:" >> "$lib/modules.dep"
+}
+if insmod "$PEERMEM_MODULES/nvidia_p2p_standin.ko" && insmod "$PEERMEM_MODULES/peer_mem_host.ko" sysfs=0 &&
+	installed_without_ofed; then
+	loaded="peer_mem_host nvidia_p2p_standin"
+	insmod "$lib/updates/dkms/nvidia-peermem.ko" > "$out.err" 2>&1
+	rc=$?
+	ktap_print_msg "insmod of NVIDIA's nvidia-peermem built without the OFED: exit $rc: $(cat "$out.err")"
+	check "NVIDIA's nvidia-peermem built without the OFED does not load (Invalid argument)" \
+		sh -c "[ $rc != 0 ] && grep -q 'Invalid argument' '$out.err' && ! grep -q '^nvidia_peermem ' /proc/modules"
+	rm -f "$out.err"
+	# shellcheck disable=SC2086
+	"$doctor" --json --nvidia-module "$nv_mod" $declare > "$out" 2>&1
+	grep -B1 -A3 '"code": "\(client-without-peer-memory\|no-peer-memory-client\)"' "$out" | sed 's/^/# | /'
+	check "gdr-doctor: it was built without the peer-memory API (FAIL), with the rebuild, and no client can load" \
+		sh -c "grep -B1 '\"code\": \"client-without-peer-memory\"' '$out' | grep -q '\"severity\": \"fail\"' &&
+			grep -q 'rebuild the NVIDIA driver.s kernel modules so that nvidia-peermem is built against its ib_core' '$out' &&
+			grep -q 'fix the \[FAIL\] line about $lib/updates/dkms/nvidia-peermem.ko above' '$out'"
+	if insmod "$PEERMEM_MODULES/nvidia-peermem.ko"; then
+		loaded="nvidia_peermem $loaded"
+		# shellcheck disable=SC2086
+		"$doctor" --json --nvidia-module "$nv_mod" $declare > "$out" 2>&1
+		check "gdr-doctor tells NVIDIA's nvidia_peermem (loaded) from the drop-in" \
+			sh -c "grep -q '\"nvidia_peermem_is\": \"nvidia\"' '$out' && ! grep -q '\"code\": \"client-without-peer-memory\"' '$out'"
+	else
+		ktap_test_fail "gdr-doctor tells NVIDIA's nvidia_peermem (loaded) from the drop-in: it did not load"
+	fi
+else
+	ktap_test_fail "NVIDIA's nvidia-peermem built without the OFED does not load: the stand-ins did not load"
+	ktap_test_fail "gdr-doctor: it was built without the peer-memory API: the stand-ins did not load"
+	ktap_test_fail "gdr-doctor tells NVIDIA's nvidia_peermem (loaded) from the drop-in: the stand-ins did not load"
+fi
+stack_down
+rm -f "$lib/updates/dkms/nvidia-peermem.ko"
+if [ -e /tmp/modules.dep.saved ]; then
+	mv /tmp/modules.dep.saved "$lib/modules.dep"
+else
+	rm -f "$lib/modules.dep"
+fi
 
 rm -f "$out"
 ktap_finished
