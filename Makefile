@@ -158,7 +158,7 @@ races: setup
 
 stress: setup
 	@$(REPO)/tests/run_tests.py --build-only
-	@$(REPO)/tests/selftests/stress/stress.py $(STRESS_ARGS)
+	@$(REPO)/tests/selftests/stress/stress.py --write-doc $(STRESS_ARGS)
 
 bench: setup
 	@$(REPO)/tests/bench/bench.py $(BENCH_ARGS)

@@ -20,6 +20,11 @@ operation counts a debug kernel cannot reach here, with a payload built for it.
 evenly between them; --seconds bounds each configuration. Results land in .build/stress/: a
 directory per boot (console, output, dmesg, the per-configuration reports) and summary.txt.
 Exit status 0 when every peermem-rs boot passed every check with no splat and no leak.
+
+--write-doc (what `make stress` passes) keeps the run: its summary goes to docs/stress-runs/ (one
+file per run, named by date and commit, never overwritten), and the section of docs/stress.md
+between its "make stress: begin/end" marks is rewritten with the newest run's summary and the list
+of every kept run. It needs a payload built from a commit with a clean tree, which the files cite.
 """
 
 import argparse
@@ -204,6 +209,37 @@ def check_payload_kernel(payload):
                             if FLAVOUR == "bench" else ""))
 
 
+DOC = REPO / "docs" / "stress.md"
+RUNS = REPO / "docs" / "stress-runs"
+BEGIN = "<!-- make stress: begin (written by tests/selftests/stress/stress.py --write-doc; do not edit) -->"
+END = "<!-- make stress: end -->"
+
+
+def write_doc(text, source, args):
+    """Keep this run's summary in docs/stress-runs/ and show the newest in docs/stress.md."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    RUNS.mkdir(exist_ok=True)
+    name = f"{time.strftime('%Y%m%d-%H%M', time.gmtime())}-{source[:12]}.txt"
+    (RUNS / name).write_text(f"# stress.py {args}\n# measured on {source} (commit, and whether the tree had "
+                             f"changes not committed), {when}\n\n{text}")
+    runs = sorted(p.name for p in RUNS.glob("*.txt"))
+    head = text.split("\n\n", 1)[0]
+    block = [BEGIN, "",
+             f"The newest `make stress` run: `docs/stress-runs/{name}`, measured on `{source}` (the commit the "
+             f"payload was built from, and whether the tree had changes not committed), {when}, by "
+             f"`stress.py {args}`. Its summary (every boot's details are in the file):", "",
+             "```", head, "```", "",
+             "Every run kept (none is left out; the newest last): "
+             + ", ".join(f"`docs/stress-runs/{r}`" for r in runs) + ".", "", END]
+    doc = DOC.read_text()
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{DOC}: no '{BEGIN}' ... '{END}' section to write")
+    before, rest = doc.split(BEGIN, 1)
+    after = rest.split(END, 1)[1]
+    DOC.write_text(before + "\n".join(block) + after)
+    print(f"wrote {RUNS / name} and {DOC}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--payload", default=str(REPO / ".build" / "latest" / "payload"))
@@ -224,7 +260,14 @@ def main():
                          "peerdirect_support:ex_support), to chase what one of them found")
     ap.add_argument("--summarize", action="store_true",
                     help="boot nothing: summarize the boots already in .build/stress/")
+    ap.add_argument("--write-doc", action="store_true",
+                    help="keep the summary in docs/stress-runs/ and show it in docs/stress.md")
     a = ap.parse_args()
+    source = Path(a.payload).resolve().parent / "source"
+    source = source.read_text().strip() if source.exists() else "unknown"
+    if a.write_doc and not re.fullmatch(r"[0-9a-f]{40} clean", source):
+        raise SystemExit(f"{a.payload} was built from {source!r}, not from a commit with a clean tree: "
+                         "docs/stress.md cites the commit it measured (commit, then run_tests.py --build-only)")
 
     global CONFIGS, ONLY
     ONLY = [c for c in a.only.split(",") if c]
@@ -283,6 +326,8 @@ def main():
     text = "\n".join(head) + "\n\n" + "\n\n".join(describe(b) for b in boots) + "\n"
     (OUT / "summary.txt").write_text(text)
     sys.stdout.write(text)
+    if a.write_doc:
+        write_doc(text, source, " ".join(sys.argv[1:]))
     ok = all(b["completed"] and not b["failed"] and not b["splats"] and not b["leaks"] and b["tests"] for b in ours)
     return 0 if ours and ok else 1
 
