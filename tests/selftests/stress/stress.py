@@ -25,6 +25,7 @@ Exit status 0 when every peermem-rs boot passed every check with no splat and no
 file per run, named by date and commit, never overwritten), and the section of docs/stress.md
 between its "make stress: begin/end" marks is rewritten with the newest run's summary and the list
 of every kept run. It needs a payload built from a commit with a clean tree, which the files cite.
+--render-doc rewrites that section from the kept runs alone.
 """
 
 import argparse
@@ -222,12 +223,23 @@ def write_doc(text, source, args):
     name = f"{time.strftime('%Y%m%d-%H%M', time.gmtime())}-{source[:12]}.txt"
     (RUNS / name).write_text(f"# stress.py {args}\n# measured on {source} (commit, and whether the tree had "
                              f"changes not committed), {when}\n\n{text}")
+    print(f"wrote {RUNS / name}", file=sys.stderr)
+    render_doc()
+
+
+def render_doc():
+    """Rewrite the marked section of docs/stress.md from the kept runs: the newest one's summary
+    (everything before its first boot's section) and the list of them all."""
     runs = sorted(p.name for p in RUNS.glob("*.txt"))
-    head = text.split("\n\n", 1)[0]
+    if not runs:
+        raise SystemExit(f"no run kept in {RUNS}")
+    newest = (RUNS / runs[-1]).read_text()
+    command, measured, rest = newest.split("\n", 2)
+    head = rest.strip("\n").split("\n## ", 1)[0].rstrip()
     block = [BEGIN, "",
-             f"The newest `make stress` run: `docs/stress-runs/{name}`, measured on `{source}` (the commit the "
-             f"payload was built from, and whether the tree had changes not committed), {when}, by "
-             f"`stress.py {args}`. Its summary (every boot's details are in the file):", "",
+             f"The newest `make stress` run: `docs/stress-runs/{runs[-1]}`, "
+             f"{measured.removeprefix('# ')}, by `{command.removeprefix('# ')}`. Its summary (every "
+             "boot's details are in the file):", "",
              "```", head, "```", "",
              "Every run kept (none is left out; the newest last): "
              + ", ".join(f"`docs/stress-runs/{r}`" for r in runs) + ".", "", END]
@@ -237,7 +249,7 @@ def write_doc(text, source, args):
     before, rest = doc.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
     DOC.write_text(before + "\n".join(block) + after)
-    print(f"wrote {RUNS / name} and {DOC}", file=sys.stderr)
+    print(f"wrote {DOC}", file=sys.stderr)
 
 
 def main():
@@ -262,7 +274,12 @@ def main():
                     help="boot nothing: summarize the boots already in .build/stress/")
     ap.add_argument("--write-doc", action="store_true",
                     help="keep the summary in docs/stress-runs/ and show it in docs/stress.md")
+    ap.add_argument("--render-doc", action="store_true",
+                    help="boot nothing: rewrite docs/stress.md's section from the runs kept in docs/stress-runs/")
     a = ap.parse_args()
+    if a.render_doc:
+        render_doc()
+        return 0
     source = Path(a.payload).resolve().parent / "source"
     source = source.read_text().strip() if source.exists() else "unknown"
     if a.write_doc and not re.fullmatch(r"[0-9a-f]{40} clean", source):
