@@ -295,6 +295,7 @@ pub fn diagnose(fs: &Fs, opts: &Options) -> Result<Report, String> {
     if let (Some(pm), Some(drv)) = (&peer_mem, &driver) {
         node.extend(peer_mem_findings(pm, drv));
         node.extend(version_findings(fs, pm, drv));
+        node.extend(installed_match_findings(pm, drv));
     }
     let mut libraries = None;
     if let Some(drv) = &driver {
@@ -745,7 +746,30 @@ fn provider_names(v: &[&probe::SymbolVersion]) -> Vec<String> {
 /// argument" and nothing registers. peermem-rs refuses to build without the host (configure.sh).
 fn unusable_client_findings(pm: &PeerMem) -> Vec<Finding> {
     let any_loaded = pm.peermem_rs.is_some() || pm.nvidia_peermem.is_some();
-    pm.installed_clients
+    // Built for another kernel (its vermagic): the kernel refuses it ("Invalid module format").
+    let other_kernel = pm.installed_clients.iter().filter(|c| c.other_kernel).map(|c| {
+        let fix = if c.is_peermem_rs {
+            format!(
+                "rebuild it for this kernel: dkms install --force -m peermem-rs -v {} -k $(uname -r) (or make install KDIR=/lib/modules/$(uname -r)/build in its sources)",
+                c.version.as_deref().unwrap_or("<version>")
+            )
+        } else {
+            "rebuild it for this kernel: dkms autoinstall -k $(uname -r), or reinstall the NVIDIA driver for this kernel".to_string()
+        };
+        finding(
+            if any_loaded { Severity::Note } else { Severity::Fail },
+            "client-other-kernel",
+            "node",
+            format!(
+                "{} was built for kernel {}, not the running one: the kernel refuses it (\"Invalid module format\")",
+                c.file,
+                c.vermagic_release.as_deref().unwrap_or("?")
+            ),
+            Some(fix),
+        )
+    });
+    let other_kernel: Vec<Finding> = other_kernel.collect();
+    other_kernel.into_iter().chain(pm.installed_clients
         .iter()
         .filter(|c| !c.uses_peer_memory_api)
         .filter(|c| match c.module.as_str() {
@@ -770,7 +794,7 @@ fn unusable_client_findings(pm: &PeerMem) -> Vec<Finding> {
                 ),
                 Some(fix),
             )
-        })
+        }))
         .collect()
 }
 
@@ -905,6 +929,7 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
         // Installed but not loaded: either the kernel refused it (a finding above says why) or
         // nobody loaded it.
         let refused = !c.uses_peer_memory_api
+            || c.other_kernel
             || pm
                 .symbol_versions
                 .iter()
@@ -1128,6 +1153,79 @@ fn version_findings(fs: &Fs, pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
                     "peermem-rs's invalidating client (persistent_api_support=0) on MLNX_OFED/DOCA-OFED {ofed}: before 25.04 the host deadlocks on its own mapping lock when it tears down an invalidating memory region whose registration failed after mapping, and a later free of that memory then hangs the NVIDIA driver's lock for good"
                 ),
                 Some("upgrade MLNX_OFED/DOCA-OFED to 25.04 or later; or load peermem-rs with persistent_api_support=1 (its default)".into()),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether what is installed is what runs: a client or the NVIDIA driver upgraded on disk but not
+/// reloaded, and NVIDIA's nvidia-peermem from another driver release than the installed driver.
+fn installed_match_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for c in &pm.installed_clients {
+        let loaded = match c.module.as_str() {
+            "peermem_rs" => pm.peermem_rs.as_ref(),
+            _ => pm.nvidia_peermem.as_ref(),
+        };
+        let rebuild = if c.is_peermem_rs {
+            format!(
+                "dkms install --force -m peermem-rs -v {} -k $(uname -r) (or make install KDIR=/lib/modules/$(uname -r)/build in its sources)",
+                c.version.as_deref().unwrap_or("<version>")
+            )
+        } else {
+            "dkms autoinstall -k $(uname -r), or reinstall the NVIDIA driver for this kernel"
+                .to_string()
+        };
+        if let (Some(m), Some(file_version)) = (loaded, c.version.as_deref()) {
+            if let Some(running) = m.version.as_deref().filter(|v| *v != file_version) {
+                out.push(finding(
+                    Severity::Note,
+                    "client-not-reloaded",
+                    "node",
+                    format!(
+                        "{} {running} is loaded, but {} is {file_version}: the installed one runs only once it is reloaded",
+                        m.name, c.file
+                    ),
+                    Some(format!(
+                        "stop the applications that hold registrations, then rmmod {0} && modprobe {0}",
+                        m.name
+                    )),
+                ));
+            }
+        }
+        if !c.is_peermem_rs {
+            if let (Some(pm_version), Some(driver)) = (
+                c.version.as_deref(),
+                drv.installed_version.as_deref().or(drv.version.as_deref()),
+            ) {
+                if pm_version != driver {
+                    out.push(finding(
+                        Severity::Note,
+                        "client-other-driver",
+                        "node",
+                        format!("{} is NVIDIA's nvidia-peermem of driver {pm_version}, not of the installed driver {driver}", c.file),
+                        Some(format!("reinstall it with the driver: {rebuild}")),
+                    ));
+                }
+            }
+        }
+    }
+    if let (true, Some(running), Some(installed)) = (
+        drv.loaded,
+        drv.version.as_deref(),
+        drv.installed_version.as_deref(),
+    ) {
+        if running != installed {
+            out.push(finding(
+                Severity::Slow,
+                "driver-not-reloaded",
+                "node",
+                format!(
+                    "NVIDIA driver {running} is loaded, but the installed {} is {installed}: CUDA of the new release refuses the old kernel module (\"Driver/library version mismatch\"), and peer-memory clients built for the installed one do not load until it runs",
+                    drv.module
+                ),
+                Some("reboot (or stop every GPU user, unload the NVIDIA modules and load the installed ones)".into()),
             ));
         }
     }

@@ -39,6 +39,8 @@ pub struct Driver {
     pub evidence: Option<String>,
     /// License of the module file installed for the running kernel, and its path, when readable.
     pub installed: Option<(String, String)>,
+    /// That file's version: after an upgrade without a reload, not the loaded one's.
+    pub installed_version: Option<String>,
 }
 
 /// The licenses the kernel treats as GPL-compatible (license_is_gpl_compatible()).
@@ -135,10 +137,10 @@ pub fn installed_module_file(fs: &Fs, module: &str) -> Option<(String, Vec<u8>)>
     Some((abs, bytes))
 }
 
-/// The license of the module file of `module` for the running kernel, and its path.
-fn installed_module(fs: &Fs, module: &str) -> Option<(String, String)> {
+/// The license of the module file of `module` for the running kernel, its path, and its version.
+fn installed_module(fs: &Fs, module: &str) -> Option<(String, String, Option<String>)> {
     let (abs, bytes) = installed_module_file(fs, module)?;
-    Some((modinfo_license(&bytes)?, abs))
+    Some((modinfo_license(&bytes)?, abs, modinfo(&bytes, "version")))
 }
 
 pub fn probe_driver(fs: &Fs, module: &str) -> Driver {
@@ -162,7 +164,9 @@ pub fn probe_driver(fs: &Fs, module: &str) -> Driver {
     } else {
         (Flavour::Unknown, None)
     };
-    let installed = installed_module(fs, module);
+    let file = installed_module(fs, module);
+    let installed_version = file.as_ref().and_then(|(_, _, v)| v.clone());
+    let installed = file.map(|(lic, path, _)| (lic, path));
     let (flavour, evidence) = match (&installed, loaded, flavour) {
         // Loaded, but neither taint file nor /proc/modules said anything: fall back to the file.
         (Some((lic, _)), true, Flavour::Unknown) => {
@@ -177,6 +181,7 @@ pub fn probe_driver(fs: &Fs, module: &str) -> Driver {
         flavour,
         evidence,
         installed,
+        installed_version,
     }
 }
 
@@ -353,13 +358,21 @@ pub struct InstalledClient {
     /// table): it was built against a peer-memory host. NVIDIA's module built without one returns
     /// EINVAL from its init, so it cannot be loaded at all.
     pub uses_peer_memory_api: bool,
+    /// modinfo version, and the kernel release its vermagic names (its first word).
+    pub version: Option<String>,
+    pub vermagic_release: Option<String>,
+    /// That release is not the running kernel's: the kernel refuses the file.
+    pub other_kernel: bool,
 }
 
 pub fn probe_installed_clients(fs: &Fs) -> Vec<InstalledClient> {
+    let release = fs.read("/proc/sys/kernel/osrelease").unwrap_or_default();
     ["peermem_rs", "nvidia_peermem"]
         .into_iter()
         .filter_map(|module| {
             let (file, ko) = installed_module_file(fs, module)?;
+            let vermagic = modinfo(&ko, "vermagic")
+                .and_then(|v| v.split_whitespace().next().map(str::to_string));
             Some(InstalledClient {
                 module: module.to_string(),
                 file,
@@ -368,6 +381,9 @@ pub fn probe_installed_clients(fs: &Fs) -> Vec<InstalledClient> {
                 uses_peer_memory_api: ko
                     .windows(PEER_MEM_SYMBOL.len())
                     .any(|w| w == PEER_MEM_SYMBOL.as_bytes()),
+                version: modinfo(&ko, "version"),
+                other_kernel: vermagic.as_deref().is_some_and(|r| r != release),
+                vermagic_release: vermagic,
             })
         })
         .collect()

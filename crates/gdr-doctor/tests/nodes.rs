@@ -1210,3 +1210,56 @@ fn version_cases_in_their_own_trees() {
         "{fix}"
     );
 }
+
+/// Upgraded on disk but not reloaded: the driver (slow: CUDA of the new release refuses the old
+/// kernel module) and the drop-in (a note: the old one runs); and a client built for another
+/// kernel, which the kernel refuses.
+#[test]
+fn what_is_installed_against_what_runs() {
+    let fx = Fixture::new("upgraded-not-reloaded");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 1);
+    let (sev, msg, fix) = node_finding(&r, "driver-not-reloaded");
+    assert_eq!(sev, "slow");
+    assert!(
+        msg.starts_with(
+            "NVIDIA driver 580.95.05 is loaded, but the installed nvidia is 580.105.08"
+        ),
+        "{msg}"
+    );
+    assert!(fix.starts_with("reboot"), "{fix}");
+    let (sev, msg, fix) = node_finding(&r, "client-not-reloaded");
+    assert_eq!(sev, "note");
+    assert!(msg.starts_with("nvidia_peermem 0.1.0 is loaded, but /lib/modules/6.8.0-90-generic/updates/dkms/nvidia-peermem.ko is 0.2.0"), "{msg}");
+    assert!(
+        fix.ends_with("rmmod nvidia_peermem && modprobe nvidia_peermem"),
+        "{fix}"
+    );
+    // Once reloaded (and rebooted into the driver), nothing is left to say.
+    fx.write("/sys/module/nvidia/version", "580.105.08\n");
+    fx.write("/sys/module/nvidia_peermem/version", "0.2.0\n");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 0);
+    for code in ["driver-not-reloaded", "client-not-reloaded"] {
+        assert!(!node_codes(&r).contains(&code.to_string()), "{code}");
+    }
+
+    let fx = Fixture::new("built-for-another-kernel");
+    let (status, r) = fx.json(&[]);
+    assert_eq!(status, 2);
+    let (sev, msg, fix) = node_finding(&r, "client-other-kernel");
+    assert_eq!(sev, "fail");
+    assert!(
+        msg.contains("was built for kernel 6.8.0-87-generic"),
+        "{msg}"
+    );
+    assert!(
+        fix.starts_with("rebuild it for this kernel: dkms install --force -m peermem-rs -v 0.1.0"),
+        "{fix}"
+    );
+    let (_, msg, fix) = node_finding(&r, "no-peer-memory-client");
+    assert!(
+        msg.ends_with("but cannot load") && fix.contains("extra/peermem_rs.ko above"),
+        "{msg} / {fix}"
+    );
+}

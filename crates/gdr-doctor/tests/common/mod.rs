@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const BIN: &str = env!("CARGO_BIN_EXE_gdr-doctor");
 
 /// Every recorded tree of tests/fixtures (make-fixtures.py writes them).
-pub const ALL_FIXTURES: [&str; 12] = [
+pub const ALL_FIXTURES: [&str; 14] = [
     "dgx-h100",
     "v100-proprietary",
     "gb10-spark",
@@ -27,6 +27,8 @@ pub const ALL_FIXTURES: [&str; 12] = [
     "nvidia-peermem-without-ofed",
     "mig-550",
     "ofed-2410-invalidating",
+    "upgraded-not-reloaded",
+    "built-for-another-kernel",
 ];
 
 pub struct Fixture {
