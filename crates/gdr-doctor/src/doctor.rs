@@ -798,6 +798,17 @@ fn unusable_client_findings(pm: &PeerMem) -> Vec<Finding> {
         .collect()
 }
 
+/// The kernel refuses this installed client: built without the host's API, for another kernel,
+/// or against other builds of its providers (a finding above says which).
+fn refused(pm: &PeerMem, c: &probe::InstalledClient) -> bool {
+    !c.uses_peer_memory_api
+        || c.other_kernel
+        || pm
+            .symbol_versions
+            .iter()
+            .any(|v| v.client == c.module && !v.matches())
+}
+
 fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
     let mut out = symbol_version_findings(pm);
     out.extend(unusable_client_findings(pm));
@@ -925,15 +936,15 @@ fn peer_mem_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
             ),
             None,
         ));
-    } else if let Some(c) = pm.installed_clients.first() {
+    } else if let Some(c) = pm
+        .installed_clients
+        .iter()
+        .find(|c| !refused(pm, c))
+        .or(pm.installed_clients.first())
+    {
         // Installed but not loaded: either the kernel refused it (a finding above says why) or
-        // nobody loaded it.
-        let refused = !c.uses_peer_memory_api
-            || c.other_kernel
-            || pm
-                .symbol_versions
-                .iter()
-                .any(|v| v.client == c.module && !v.matches());
+        // nobody loaded it. A loadable one is named first.
+        let refused = refused(pm, c);
         let module = c.module.replace('_', "-");
         out.push(finding(
             Severity::Fail,

@@ -397,6 +397,32 @@ pub fn decide(i: &Installed, d: &DmaBuf, pm: Option<&PeerMem>) -> Decision {
             Path::NoGpu,
             "no tl/mlx5 component: GPU buffers go through its tl/ucp (UCX's path) or tl/nccl (NCCL's)".to_string(),
         ),
+        // NVSHMEM asks only the CUDA driver (NV-1): with dma-buf export it registers through
+        // ibv_reg_dmabuf_mr, and where that fails falls back to ibv_reg_mr (NV-3), which whatever
+        // peer-memory client ib_core has serves, whatever its module's name; it looks at the
+        // peer-memory files only without dma-buf export (NV-2).
+        Lib::Nvshmem if d.gpu.0 == Tri::Yes && !dmabuf => {
+            let client = pm.is_some_and(|pm| pm.peermem_rs.is_some() || pm.nvidia_peermem.is_some());
+            if ready {
+                (Path::PeerMemory, format!("this release predates its DMA-BUF support ({}); {}", show(dmabuf_since), peer_text(peer.unwrap_or("a loaded client"))))
+            } else if client {
+                (
+                    Path::PeerMemory,
+                    format!(
+                        "it tries DMA-BUF (the driver exports dma-buf) and, as that fails here ({}), falls back to ibv_reg_mr, which the loaded peer-memory client serves",
+                        d.missing().join("; ")
+                    ),
+                )
+            } else {
+                (
+                    Path::None,
+                    format!(
+                        "it tries DMA-BUF (the driver exports dma-buf), which fails here ({}), and its fallback to ibv_reg_mr finds no peer-memory client: its registrations of GPU memory fail",
+                        d.missing().join("; ")
+                    ),
+                )
+            }
+        }
         _ if dmabuf => (
             Path::DmaBuf,
             match (i.lib, peer) {
@@ -438,6 +464,12 @@ pub fn decide(i: &Installed, d: &DmaBuf, pm: Option<&PeerMem>) -> Decision {
             }
         }
     };
+    let why = if i.version.is_none() && matches!(path, Path::DmaBuf | Path::PeerMemory | Path::None)
+    {
+        format!("{why} (its version could not be read, so it is taken to be a current release)")
+    } else {
+        why
+    };
     Decision {
         needs_peer_memory: path == Path::PeerMemory,
         installed: i.clone(),
@@ -459,15 +491,28 @@ pub fn findings(
         .filter(|i| i.lib != Lib::OpenMpi)
         .map(|i| decide(i, &d, pm))
         .collect();
-    let ucx = decisions
+    // Each Open MPI follows the UCX installed nearest to it (HPC-X's beside HPC-X's Open MPI, not
+    // a distribution's libucx0 in /usr/lib): the longest common directory prefix.
+    let nearest_ucx = |i: &Installed| {
+        decisions
+            .iter()
+            .filter(|x| x.installed.lib == Lib::Ucx)
+            .max_by_key(|x| {
+                x.installed
+                    .file
+                    .split('/')
+                    .zip(i.file.split('/'))
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
+            .cloned()
+    };
+    let mpi: Vec<Decision> = libs
         .iter()
-        .find(|x| x.installed.lib == Lib::Ucx)
-        .cloned();
-    decisions.extend(
-        libs.iter()
-            .filter(|i| i.lib == Lib::OpenMpi)
-            .map(|i| decide_open_mpi(i, ucx.as_ref())),
-    );
+        .filter(|i| i.lib == Lib::OpenMpi)
+        .map(|i| decide_open_mpi(i, nearest_ucx(i).as_ref()))
+        .collect();
+    decisions.extend(mpi);
     let mut out = vec![match d.ready() {
         Tri::Yes => Finding {
             severity: Severity::Ok,
@@ -521,6 +566,10 @@ pub fn findings(
                     _ => "install UCC with its tl/mlx5 component (HPC-X, DOCA-Host) if collectives on GPU memory should use it".to_string(),
                 }),
             ),
+            Path::None if i.lib == Lib::OpenMpi => (
+                Severity::Slow,
+                Some("Open MPI takes UCX's path: fix the UCX line".to_string()),
+            ),
             Path::None => {
                 // The release from which each looks for /sys/module/nvidia_peermem (NC-4, UX-3, NV-2).
                 let sees_dropin = match i.lib {
@@ -529,18 +578,27 @@ pub fn findings(
                     Lib::Nvshmem => Some((3, 3, 9)),
                     Lib::Ucc => None,
                 };
+                // The client there is: on the proprietary driver only NVIDIA's can load.
+                let client = if drv.flavour == Flavour::Proprietary {
+                    "load NVIDIA's nvidia-peermem (modprobe nvidia-peermem)"
+                } else {
+                    "install peermem-rs as the drop-in nvidia-peermem (make dkms-install)"
+                };
                 let peer = match sees_dropin {
                     Some(min) if !at_least(i.version, min) => format!(
-                        "upgrade {} to {} or later (it then also looks for /sys/module/nvidia_peermem) and install peermem-rs as the drop-in nvidia-peermem (make dkms-install)",
+                        "upgrade {} to {} or later (it then also looks for /sys/module/nvidia_peermem) and {client}",
                         i.lib.name(),
                         show(Some(min))
                     ),
-                    _ => "install peermem-rs as the drop-in nvidia-peermem (make dkms-install)".to_string(),
+                    _ => client.to_string(),
                 };
+                let actions = d.actions();
                 let fix = if i.lib == Lib::Ucc {
                     format!("for peer memory: {peer}")
+                } else if actions.is_empty() {
+                    format!("for DMA-BUF: upgrade {} to a release with DMA-BUF support; or, for peer memory: {peer}", i.lib.name())
                 } else {
-                    format!("for DMA-BUF: install {}; or, for peer memory: {peer}", d.actions().join(", "))
+                    format!("for DMA-BUF: install {}; or, for peer memory: {peer}", actions.join(", "))
                 };
                 (Severity::Slow, Some(fix))
             }

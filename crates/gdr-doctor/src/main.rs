@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 //! gdr-doctor: tells an operator whether GPUDirect RDMA can work on this node, and why not.
 //!
-//! It reads sysfs and procfs only (no GPU driver API), below a configurable root so that tests can
+//! It reads sysfs, procfs, /lib/modules and the libraries' files (no GPU driver API), below a
+//! configurable root so that tests can
 //! run it on recorded trees. See `gdr-doctor --help`.
 
 mod doctor;
@@ -22,7 +23,7 @@ const USAGE: &str = "\
 usage: gdr-doctor [OPTIONS]
 
 Tells whether GPUDirect RDMA (RDMA NIC <-> NVIDIA GPU memory, through peermem-rs or NVIDIA's
-nvidia-peermem) can work on this node, and why not, from sysfs and procfs alone. Run it as root:
+nvidia-peermem) can work on this node, and why not, from sysfs, procfs and files alone. Run it as root:
 ACS settings live in PCIe extended config space, which sysfs shows to root only.
 
 It judges every GPU/NIC pair: the PCIe path between them (PIX, PXB, PHB, NODE, SYS as in

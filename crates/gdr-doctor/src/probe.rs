@@ -361,7 +361,9 @@ pub struct InstalledClient {
     /// modinfo version, and the kernel release its vermagic names (its first word).
     pub version: Option<String>,
     pub vermagic_release: Option<String>,
-    /// That release is not the running kernel's: the kernel refuses the file.
+    /// That release is not the running kernel's and the file has no symbol versions, so the kernel
+    /// refuses it. With CONFIG_MODVERSIONS the kernel skips the release in the vermagic
+    /// (module.c `same_magic`) and the symbol CRCs decide, which [`SymbolVersion`] checks.
     pub other_kernel: bool,
 }
 
@@ -371,8 +373,9 @@ pub fn probe_installed_clients(fs: &Fs) -> Vec<InstalledClient> {
         .into_iter()
         .filter_map(|module| {
             let (file, ko) = installed_module_file(fs, module)?;
-            let vermagic = modinfo(&ko, "vermagic")
-                .and_then(|v| v.split_whitespace().next().map(str::to_string));
+            let magic = modinfo(&ko, "vermagic").unwrap_or_default();
+            let modversions = magic.split_whitespace().any(|w| w == "modversions");
+            let vermagic = magic.split_whitespace().next().map(str::to_string);
             Some(InstalledClient {
                 module: module.to_string(),
                 file,
@@ -382,7 +385,7 @@ pub fn probe_installed_clients(fs: &Fs) -> Vec<InstalledClient> {
                     .windows(PEER_MEM_SYMBOL.len())
                     .any(|w| w == PEER_MEM_SYMBOL.as_bytes()),
                 version: modinfo(&ko, "version"),
-                other_kernel: vermagic.as_deref().is_some_and(|r| r != release),
+                other_kernel: !modversions && vermagic.as_deref().is_some_and(|r| r != release),
                 vermagic_release: vermagic,
             })
         })

@@ -112,7 +112,7 @@ fn metric_word(key: &str) -> String {
 
 /// peermem-rs's statistics (`src/logic/stats.rs`), each as a metric: the two levels as gauges, the
 /// event counts as counters, the refusals as one counter with the cause as a label. A key a newer
-/// peermem-rs adds is kept, untyped, under its own name.
+/// peermem-rs adds is kept, untyped, as `peermem_rs_stat_<key>`.
 const STATS: [(&str, &str, &str, &str); 12] = [
     ("live_registrations", "peermem_rs_live_registrations", "gauge", "Memory registrations between acquire and release now."),
     ("pinned_bytes", "peermem_rs_pinned_bytes", "gauge", "Bytes of GPU memory pinned for the NIC now."),
@@ -167,7 +167,8 @@ fn module_stats(x: &mut Exposition, m: &crate::probe::Module) {
         } else if let Some((_, name, kind, help)) = STATS.iter().find(|s| s.0 == key) {
             x.add(name, kind, help, module(), value);
         } else {
-            let name = format!("peermem_rs_{}", metric_word(key));
+            // Under a prefix of their own, so that no key can take a documented family's name.
+            let name = format!("peermem_rs_stat_{}", metric_word(key));
             x.add(
                 &name,
                 "untyped",

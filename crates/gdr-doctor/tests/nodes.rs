@@ -1262,4 +1262,105 @@ fn what_is_installed_against_what_runs() {
         msg.ends_with("but cannot load") && fix.contains("extra/peermem_rs.ko above"),
         "{msg} / {fix}"
     );
+    // With symbol versions the kernel skips the release in the vermagic (the CRCs decide, as
+    // RHEL's weak-updates rely on): then the file can load, and gdr-doctor must not fail it.
+    let modinfo = b"version=0.1.0\0description=GPUDirect RDMA peer-memory client (peermem-rs)\0license=GPL\0vermagic=6.8.0-87-generic SMP preempt mod_unload modversions\0";
+    fx.write(
+        "/lib/modules/6.8.0-90-generic/extra/peermem_rs.ko",
+        elf_module(
+            &[
+                (".modinfo", modinfo.to_vec()),
+                (
+                    "__versions",
+                    versions(&[("ib_register_peer_memory_client", 0)]),
+                ),
+            ],
+            &[],
+        ),
+    );
+    let (_, r) = fx.json(&[]);
+    assert!(!node_codes(&r).contains(&"client-other-kernel".to_string()));
+    let (_, _, fix) = node_finding(&r, "no-peer-memory-client");
+    assert!(fix.starts_with("modprobe peermem-rs"), "{fix}");
+}
+
+/// NVSHMEM asks only the CUDA driver: where the driver exports dma-buf but the kernel cannot
+/// register one, it falls back to ibv_reg_mr, which any loaded client serves, and without a client
+/// its registrations fail. Open MPI follows the UCX beside it (HPC-X's), not the distribution's.
+#[test]
+fn nvshmem_falls_back_and_open_mpi_follows_its_own_ucx() {
+    let fx = Fixture::new("dmabuf-libraries");
+    let kallsyms = fx
+        .read("/proc/kallsyms")
+        .replace("ib_umem_dmabuf_get", "ib_umem_get");
+    fx.write("/proc/kallsyms", kallsyms);
+    fx.remove("/sys/module/nvidia_peermem");
+    fx.remove("/sys/kernel/debug/nvidia_peermem");
+    let (_, r) = fx.json(&[]);
+    let nvshmem = r["libraries"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["library"] == "nvshmem")
+        .unwrap()
+        .clone();
+    assert_eq!(nvshmem["path"], "none", "{nvshmem}");
+    assert!(
+        nvshmem["why"]
+            .as_str()
+            .unwrap()
+            .contains("its fallback to ibv_reg_mr finds no peer-memory client"),
+        "{nvshmem}"
+    );
+
+    // HPC-X beside a distribution's UCX without CUDA.
+    let fx = Fixture::new("dmabuf-libraries");
+    let lib = "/usr/lib/x86_64-linux-gnu";
+    fx.remove(&format!("{lib}/ucx/libuct_cuda.so.0.0.0"));
+    fx.write("/opt/hpcx/ucx/lib/libucp.so.0.0.0", b"\x7fELF\0".as_slice());
+    fx.write("/opt/hpcx/ucx/lib/pkgconfig/ucx.pc", "Version: 1.19.0\n");
+    fx.write(
+        "/opt/hpcx/ucx/lib/ucx/libuct_cuda.so.0.0.0",
+        b"\x7fELF\0".as_slice(),
+    );
+    fx.write(
+        "/opt/hpcx/ompi/lib/libmpi.so.40.30.5",
+        b"\x7fELF\0".as_slice(),
+    );
+    fx.write(
+        "/opt/hpcx/ompi/lib/openmpi/mca_pml_ucx.so",
+        b"\x7fELF\0".as_slice(),
+    );
+    let (_, r) = fx.json(&[]);
+    let paths: Vec<(String, String)> = r["libraries"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["library"] == "ucx" || p["library"] == "openmpi")
+        .map(|p| {
+            (
+                p["file"].as_str().unwrap().to_string(),
+                p["path"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let of = |file: &str| {
+        paths
+            .iter()
+            .find(|p| p.0 == file)
+            .map(|p| p.1.clone())
+            .unwrap_or_else(|| panic!("{file}: {paths:?}"))
+    };
+    assert_eq!(of(&format!("{lib}/libucp.so.0.0.0")), "no-gpu-support");
+    assert_eq!(of("/opt/hpcx/ucx/lib/libucp.so.0.0.0"), "dmabuf");
+    assert_eq!(
+        of("/opt/hpcx/ompi/lib/libmpi.so.40.30.5"),
+        "dmabuf",
+        "{paths:?}"
+    );
+    assert_eq!(
+        of(&format!("{lib}/libmpi.so.40.30.5")),
+        "no-gpu-support",
+        "{paths:?}"
+    );
 }

@@ -293,8 +293,8 @@ fn peermem_rs_statistics_are_the_modules_own() {
         x.samples["peermem_rs_refusals_total{cause=\"bar1_exhausted\",module=\"peermem_rs\"}"],
         7.0
     );
-    assert_eq!(x.samples[&format!("peermem_rs_new_counter{m}")], 3.0);
-    assert_eq!(x.types["peermem_rs_new_counter"], "untyped");
+    assert_eq!(x.samples[&format!("peermem_rs_stat_new_counter{m}")], 3.0);
+    assert_eq!(x.types["peermem_rs_stat_new_counter"], "untyped");
 }
 
 #[test]

@@ -24,6 +24,7 @@
 #define MAX_SERIES 8192
 #define MAX_LABELS 16
 #define MAX_TEXT 1024
+#define LINE_MAX_TEXT (16 * MAX_TEXT)
 
 struct family {
 	char name[MAX_TEXT];
@@ -245,7 +246,9 @@ static void print_escaped(const char *s)
 static void sample(const char *p)
 {
 	struct label labels[MAX_LABELS];
-	char name[MAX_TEXT], key[4 * MAX_TEXT], value[64], *k;
+	/* The key holds the name and every label (at most a line's worth of text, plus separators). */
+	char name[MAX_TEXT], key[LINE_MAX_TEXT + 4 * MAX_LABELS], value[64];
+	size_t used;
 	int n_labels = 0;
 	struct family *f;
 	size_t len;
@@ -308,11 +311,12 @@ static void sample(const char *p)
 		fail("%s: counter value %s is negative or NaN", name, value);
 
 	qsort(labels, n_labels, sizeof(labels[0]), by_name);
-	k = key;
-	k += sprintf(k, "%s", name);
-	for (int i = 0; i < n_labels; i++)
-		k += snprintf(k, key + sizeof(key) - k, "\x1f%s\x1e%s", labels[i].name,
-			      labels[i].value);
+	used = (size_t)snprintf(key, sizeof(key), "%s", name);
+	for (int i = 0; i < n_labels && used < sizeof(key); i++)
+		used += (size_t)snprintf(key + used, sizeof(key) - used, "\x1f%s\x1e%s",
+					 labels[i].name, labels[i].value);
+	if (used >= sizeof(key))
+		fail("%s: its labels are too long", name);
 	for (int i = 0; i < n_series; i++)
 		if (!strcmp(series[i], key))
 			fail("%s: a second sample with the same labels", name);
@@ -335,7 +339,7 @@ static void sample(const char *p)
 
 int main(void)
 {
-	static char line[16 * MAX_TEXT];
+	static char line[LINE_MAX_TEXT];
 	long samples = 0;
 
 	while (fgets(line, sizeof(line), stdin)) {
