@@ -10,9 +10,11 @@
 #   make vm-shell  a shell in the test VM with everything loaded into /payload
 #   make races     every race window against peermem-rs and NVIDIA's nvidia-peermem, crashes and
 #                  deadlocks included (a boot per crash; not part of make check): docs/race-windows.md
-#   make stress    the long stress run (a million registrations racing frees and foreign
+#   make stress    the long stress run (a target of 1,000,000 operations, registrations and their
+#                  ends, about half a million registrations, racing frees and foreign
 #                  deregistrations) against peermem-rs, and against nvidia-peermem in a boot of its
-#                  own; prints a summary (tests/selftests/stress/stress.py; not part of make check)
+#                  own; keeps its summary in docs/stress-runs/ and shows it in docs/stress.md
+#                  (tests/selftests/stress/stress.py; not part of make check)
 #   make bench     registration latency, throughput and memory of peermem-rs against NVIDIA's
 #                  nvidia-peermem on a non-debug kernel, cost model off and on; writes
 #                  BENCHMARKS.md (tests/bench/bench.py, BENCH_ARGS; not part of make check)
