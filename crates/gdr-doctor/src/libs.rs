@@ -9,7 +9,7 @@
 //! holds for; the ids in the comments (NC-5, UX-3, ...) are that page's.
 
 use crate::doctor::{app_checks, Finding, Severity};
-use crate::probe::{find_symbol, Driver, Flavour, PeerMem, Symbol};
+use crate::probe::{kallsyms_symbol, Driver, Flavour, PeerMem, Symbol};
 use crate::sysfs::Fs;
 
 /// Where distributions, NVIDIA's repositories, CUDA and HPC-X put the libraries.
@@ -108,6 +108,15 @@ fn pc_version(fs: &Fs, dir: &str, name: &str) -> Option<Version> {
         .and_then(|v| parse_version(v.trim()))
 }
 
+/// The X.Y.Z of the first file named `<prefix>X.Y.Z` (the real file behind a soname).
+fn version_in_name(names: &[String], prefix: &str) -> Option<Version> {
+    names
+        .iter()
+        .filter_map(|n| n.strip_prefix(prefix))
+        .filter(|v| v.matches('.').count() == 2)
+        .find_map(parse_version)
+}
+
 /// A file below `dir` (at most `depth` levels down) whose name starts with `prefix`.
 fn find_below(fs: &Fs, dir: &str, prefix: &str, depth: u32) -> bool {
     fs.list(dir).iter().any(|n| {
@@ -132,15 +141,10 @@ pub fn installed(fs: &Fs) -> Vec<Installed> {
         };
         // NCCL (NC-12): libnccl.so.2.X.Y, or the string "NCCL version X.Y.Z" inside libnccl.so.2.
         if let Some(n) = names.iter().find(|n| n.starts_with("libnccl.so.")) {
-            let v = names
-                .iter()
-                .filter_map(|n| n.strip_prefix("libnccl.so."))
-                .filter(|v| v.matches('.').count() == 2)
-                .find_map(parse_version)
-                .or_else(|| {
-                    let bytes = fs.read_bytes(&format!("{dir}/{n}")).ok()?;
-                    parse_version(&string_after(&bytes, "NCCL version ")?)
-                });
+            let v = version_in_name(&names, "libnccl.so.").or_else(|| {
+                let bytes = fs.read_bytes(&format!("{dir}/{n}")).ok()?;
+                parse_version(&string_after(&bytes, "NCCL version ")?)
+            });
             add(Lib::Nccl, v, n, true);
         }
         // UCX (UX-8): no version in the file names; ucx.pc has it. CUDA only with libuct_cuda.
@@ -153,12 +157,12 @@ pub fn installed(fs: &Fs) -> Vec<Installed> {
         }
         // NVSHMEM (NV-7): libnvshmem_host.so.X.Y.Z.
         if let Some(n) = names.iter().find(|n| n.starts_with("libnvshmem_host.so")) {
-            let v = names
-                .iter()
-                .filter_map(|n| n.strip_prefix("libnvshmem_host.so."))
-                .filter(|v| v.matches('.').count() == 2)
-                .find_map(parse_version);
-            add(Lib::Nvshmem, v, n, true);
+            add(
+                Lib::Nvshmem,
+                version_in_name(&names, "libnvshmem_host.so."),
+                n,
+                true,
+            );
         }
         // UCC (UC-2, UC-3): ucc.pc; its tl/mlx5 component in ucc/.
         if let Some(n) = names.iter().find(|n| n.starts_with("libucc.so")) {
@@ -260,8 +264,7 @@ pub fn probe_dmabuf(fs: &Fs, drv: &Driver) -> DmaBuf {
         ),
         _ => (Tri::Unknown, "the NVIDIA driver's flavour is not known (not loaded)".to_string()),
     };
-    let kernel = match std::fs::File::open(fs.path("/proc/kallsyms")) {
-        Ok(f) => match find_symbol(std::io::BufReader::new(f), "ib_umem_dmabuf_get") {
+    let kernel = match kallsyms_symbol(fs, "ib_umem_dmabuf_get") {
             Symbol::Found(m) => (
                 Tri::Yes,
                 format!("ib_umem_dmabuf_get in {}", m.as_deref().unwrap_or("the kernel")),
@@ -271,8 +274,6 @@ pub fn probe_dmabuf(fs: &Fs, drv: &Driver) -> DmaBuf {
                 "the RDMA stack cannot register a dma-buf (no ib_umem_dmabuf_get: a kernel before 5.12 without an OFED that adds it, or ib_core not loaded)".to_string(),
             ),
             Symbol::Unreadable => (Tri::Unknown, "/proc/kallsyms unreadable".to_string()),
-        },
-        Err(_) => (Tri::Unknown, "/proc/kallsyms unreadable".to_string()),
     };
     let verbs = LIB_DIRS
         .iter()

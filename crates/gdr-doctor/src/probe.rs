@@ -440,11 +440,16 @@ pub fn probe_symbol_versions(fs: &Fs) -> Vec<SymbolVersion> {
     out
 }
 
-pub fn probe_peer_mem(fs: &Fs) -> PeerMem {
-    let symbol = match std::fs::File::open(fs.path("/proc/kallsyms")) {
-        Ok(f) => find_symbol(BufReader::new(f), PEER_MEM_SYMBOL),
+/// `symbol` in this system's /proc/kallsyms.
+pub fn kallsyms_symbol(fs: &Fs, symbol: &str) -> Symbol {
+    match std::fs::File::open(fs.path("/proc/kallsyms")) {
+        Ok(f) => find_symbol(BufReader::new(f), symbol),
         Err(_) => Symbol::Unreadable,
-    };
+    }
+}
+
+pub fn probe_peer_mem(fs: &Fs) -> PeerMem {
+    let symbol = kallsyms_symbol(fs, PEER_MEM_SYMBOL);
     let clients = fs
         .list(MEMORY_PEERS)
         .into_iter()
