@@ -742,11 +742,15 @@ fn provider_names(v: &[&probe::SymbolVersion]) -> Vec<String> {
 /// Installed clients built without the peer-memory host's API (not naming
 /// ib_register_peer_memory_client), and not loaded: NVIDIA's nvidia-peermem built so (the driver
 /// installed before MLNX_OFED/DOCA-OFED) returns EINVAL from its init in every release from 535 to
-/// 590 (nvidia-peermem.c, nv_mem_client_init), so `modprobe nvidia-peermem` fails with "Invalid
-/// argument" and nothing registers. peermem-rs refuses to build without the host (configure.sh).
+/// 590 (kernel-open/nvidia-peermem/nvidia-peermem.c `nv_mem_client_init`, the `#else` of
+/// NV_MLNX_IB_PEER_MEM_SYMBOLS_PRESENT: 550.163.01 lines 499 and 565, 590.48.01 lines 641 and
+/// 680), so `modprobe nvidia-peermem` fails with "Invalid argument" and nothing registers.
+/// peermem-rs refuses to build without the host (configure.sh).
 fn unusable_client_findings(pm: &PeerMem) -> Vec<Finding> {
     let any_loaded = pm.peermem_rs.is_some() || pm.nvidia_peermem.is_some();
-    // Built for another kernel (its vermagic): the kernel refuses it ("Invalid module format").
+    // Built for another kernel (its vermagic): the kernel refuses it with ENOEXEC ("Invalid module
+    // format"; Linux 7.3 kernel/module/main.c:2657-2660). See `InstalledClient::other_kernel` for
+    // why only without symbol versions.
     let other_kernel = pm.installed_clients.iter().filter(|c| c.other_kernel).map(|c| {
         let fix = if c.is_peermem_rs {
             format!(
@@ -1228,6 +1232,10 @@ fn installed_match_findings(pm: &PeerMem, drv: &Driver) -> Vec<Finding> {
         drv.installed_version.as_deref(),
     ) {
         if running != installed {
+            // The kernel module checks the version of every user-space client at open and
+            // refuses another ("NVRM: API mismatch", 550.163.01
+            // src/nvidia/arch/nvalloc/unix/src/osapi.c:1024, 1114); NVML reports that as
+            // "Driver/library version mismatch".
             out.push(finding(
                 Severity::Slow,
                 "driver-not-reloaded",

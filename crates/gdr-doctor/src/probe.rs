@@ -362,8 +362,9 @@ pub struct InstalledClient {
     pub version: Option<String>,
     pub vermagic_release: Option<String>,
     /// That release is not the running kernel's and the file has no symbol versions, so the kernel
-    /// refuses it. With CONFIG_MODVERSIONS the kernel skips the release in the vermagic
-    /// (module.c `same_magic`) and the symbol CRCs decide, which [`SymbolVersion`] checks.
+    /// refuses it. A module with symbol versions (its vermagic says `modversions`) has the release
+    /// skipped (Linux 7.3 kernel/module/version.c:96-104 `same_magic`, called with `has_crcs` from
+    /// main.c:2657), and its symbol CRCs decide, which [`SymbolVersion`] checks.
     pub other_kernel: bool,
 }
 
