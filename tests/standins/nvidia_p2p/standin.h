@@ -143,6 +143,7 @@ enum standin_fn {
 	X(bar1_refusals)		\
 	X(persistent_refusals)		\
 	X(lookup_failures)		\
+	X(departed_lookups)		\
 	X(dma_map_errors)		\
 	X(callback_reentries)		\
 	X(leaked_by_driver)		\
@@ -220,6 +221,7 @@ extern bool p2p_unsupported_chipset;
 extern bool cost_model;
 extern bool mig_enabled;
 extern int internal_object_pid;
+extern int mps_departed_tgid;
 u32 standin_page_table_version(void);
 
 #define count_inc(name)		atomic64_inc(&standin.c.name)
@@ -228,7 +230,7 @@ u32 standin_page_table_version(void);
 #define count_sub(name, v)	atomic64_sub((v), &standin.c.name)
 
 /* standin_main.c */
-struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len);
+struct standin_alloc *standin_get_alloc(pid_t tgid, u64 va, u64 len);
 void standin_alloc_get(struct standin_alloc *a);
 void standin_alloc_put(struct standin_alloc *a);
 

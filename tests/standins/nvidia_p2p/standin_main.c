@@ -176,6 +176,23 @@ module_param(internal_object_pid, int, 0644);
 MODULE_PARM_DESC(internal_object_pid,
 		 "tgid whose put_pages also searches RM's internal object of persistent pins (default 0: none)");
 
+/*
+ * MPS: the tgid of a client process that has left the P2P object holding its pins. Under MPS the
+ * server owns the memory and the P2P object; NV503C_CTRL_CMD_REGISTER_PID puts a client's pid and
+ * RM client handle in that object's pid list (550.163.01 third_party_p2p_ctrl.c:172-194), and
+ * freeing that client handle (the client's cuCtxDestroy, its close of /dev/nvidiactl, its exit)
+ * takes them out again (CliUnregisterFromThirdPartyP2P -> CliDelThirdPartyP2PClientPid,
+ * third_party_p2p.c:1025-1085) without touching the pins. Then every lookup by the caller's pid
+ * (RmP2PGetInfoWithoutToken, p2p.c:873-954, through CliNextThirdPartyP2PInfoWithPid,
+ * third_party_p2p.c:300-342) finds nothing for it: its get_pages fail, its put_pages find no pin
+ * and answer 0 (NV_ERR_OBJECT_NOT_FOUND, nv-p2p.c:329-335), and its pins stay armed until the
+ * server frees the memory. 0: nobody has left.
+ */
+int mps_departed_tgid;
+module_param(mps_departed_tgid, int, 0644);
+MODULE_PARM_DESC(mps_departed_tgid,
+		 "tgid of an MPS client taken out of the P2P object's pid list: its lookups find nothing, its pins stay (default 0: none)");
+
 /* 580+: NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET (Grace, Ampere Altra, AmpereOne in nvidia.ko). */
 bool p2p_unsupported_chipset;
 module_param(p2p_unsupported_chipset, bool, 0644);
@@ -183,19 +200,25 @@ MODULE_PARM_DESC(p2p_unsupported_chipset,
 		 "580+: the chipset is flagged unable to do P2P: peers need a common upstream bridge");
 
 /*
- * Find a live, registered allocation of @mm covering [va, va + len) and take a reference on it, or
- * NULL. This is the "lookup by the calling process" of nvidia.ko: only the owner's own mapping
- * counts. Called under the API lock (a->unregistered).
+ * Find a live, registered allocation of process @tgid covering [va, va + len) and take a reference
+ * on it, or NULL. This is the "lookup by the calling process" of nvidia.ko: RM looks the VA up in
+ * the P2P objects whose pid list holds the caller (RmP2PGetInfoWithoutToken, 550.163.01 p2p.c:
+ * 873-954), so only the owner's own memory counts, and not after it left the object
+ * (mps_departed_tgid). By tgid, not by mm: an exiting task has no mm any more, and RM's lookup does
+ * not need one. Called under the API lock (a->unregistered).
  */
-struct standin_alloc *standin_get_alloc(struct mm_struct *mm, u64 va, u64 len)
+struct standin_alloc *standin_get_alloc(pid_t tgid, u64 va, u64 len)
 {
+	pid_t departed = READ_ONCE(mps_departed_tgid);
 	struct standin_alloc *a, *found = NULL;
 
-	if (!mm)
+	if (departed && tgid == departed) {
+		count_inc(departed_lookups);
 		return NULL;
+	}
 	spin_lock(&standin.alloc_lock);
 	list_for_each_entry(a, &standin.allocs, node) {
-		if (a->freed || a->unregistered || a->mm != mm || !a->va)
+		if (a->freed || a->unregistered || a->tgid != tgid || !a->va)
 			continue;
 		if (va >= a->va && va - a->va < a->size && len <= a->size - (va - a->va)) {
 			a->refs++;
@@ -462,9 +485,13 @@ static void standin_vma_close(struct vm_area_struct *vma)
 {
 	struct standin_alloc *a = vma->vm_private_data;
 
-	/* munmap or exit: the VA no longer names the allocation (the pins stay). */
+	/*
+	 * munmap: the VA no longer names the allocation (the pins stay). At exit the CPU mapping goes
+	 * before the files close (exit_mm, then exit_files), but a CUDA VA names its memory until the
+	 * context dies with the file (standin_release): RM's lookup still finds it meanwhile.
+	 */
 	spin_lock(&standin.alloc_lock);
-	if (a->va == vma->vm_start)
+	if (a->va == vma->vm_start && !(current->flags & PF_EXITING))
 		a->va = 0;
 	spin_unlock(&standin.alloc_lock);
 	standin_alloc_put(a);

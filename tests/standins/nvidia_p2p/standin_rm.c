@@ -235,9 +235,16 @@ static void record_del(struct rm_record *r)
 	standin_alloc_put(a);
 }
 
+/* A pin of @obj by @key; in a process's object, only if @tgid is still in its pid list. */
 static struct rm_record *record_find(const void *key, enum rm_object obj, pid_t tgid)
 {
+	pid_t departed = READ_ONCE(mps_departed_tgid);
 	struct rm_record *r;
+
+	if (obj == RM_OBJ_PROCESS && departed && tgid == departed) {
+		count_inc(departed_lookups);
+		return NULL;
+	}
 
 	hash_for_each_possible(records, r, hash, (unsigned long)key)
 		if (r->key == key && r->obj == obj && (obj != RM_OBJ_PROCESS || r->tgid == tgid))
@@ -272,7 +279,7 @@ static struct standin_alloc *rm_lookup(u64 va, u64 len)
 	struct standin_alloc *a;
 
 	/* Length 0 is RM's "look up by page table" mode: a new table is never found. */
-	a = len ? standin_get_alloc(current->mm, va, len) : NULL;
+	a = len ? standin_get_alloc(current->tgid, va, len) : NULL;
 	if (!a)
 		count_inc(lookup_failures);
 	return a;
