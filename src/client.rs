@@ -24,8 +24,8 @@
 //! # The notification-pin lock
 //!
 //! `N_PINS` (below, with its rules) is a module-wide mutex held around peermem-rs's own
-//! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins and around acquire's
-//! persistent pin, outside the driver's RM API lock and never in the free callback: an unpin
+//! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins and around every
+//! persistent pin it makes, outside the driver's RM API lock and never in the free callback: an unpin
 //! racing a teardown must not name a table address another of our pins has taken meanwhile.
 
 use core::ffi::c_void;
@@ -215,12 +215,12 @@ static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, (
 // registrations' pins and unpins of N wait for it here. The driver's own order is `ldata_lock` ->
 // RM API lock, and no holder of `ldata_lock` takes this lock.)
 //
-// Protects: nothing but that order; no data. Taken by `Op::PinN` and `Op::UnpinN`, around the
-// driver call, and by acquire around its persistent pin; never in the free callback, never with
-// the registration lock held (that lock is taken and dropped inside it). Order: the host's
-// `peer_memory_mutex` (held around acquire) -> `N_PINS` -> the driver's RM API lock (taken inside
-// get_pages / put_pages). `Op::PinN` and `Op::UnpinN` are made only where the state machine
-// allows taking the API lock (`Op::takes_driver_api_lock`), and acquire holds no mapping lock
+// Protects: nothing but that order; no data. Taken by `Op::PinN`, `Op::UnpinN` and
+// `Op::ProveUnpinN`, around the driver calls, and by acquire around its persistent pin; never in
+// the free callback, never with the registration lock held (that lock is taken and dropped inside
+// it). Order: the host's `peer_memory_mutex` (held around acquire) -> `N_PINS` -> the driver's RM
+// API lock (taken inside get_pages / put_pages). The three ops are made only where the state
+// machine allows taking the API lock (`Op::takes_driver_api_lock`), and acquire holds no mapping lock
 // (the host has no memory region yet), so a task waiting here holds nothing a holder of the API
 // lock waits for; a holder of the API lock (a teardown, our callback under it, which takes a
 // mapping lock) never takes this lock or `peer_memory_mutex`; and no holder of this lock takes
@@ -320,6 +320,21 @@ impl RegCtx {
                     Some(key) => nvidia::put_pages(range.first_page(), key).map_err(errno),
                     None => Ok(()),
                 }
+            }
+            Op::ProveUnpinN => {
+                let _n_pins = N_PINS.lock();
+                // Torn down by the driver's callback since the state machine asked: the callback
+                // has N and our reference, and the state machine ignores this call's result.
+                if self.inner.lock().state.n_pin() != NPin::Proving {
+                    return Ok(());
+                }
+                // A lookup of the memory by this process, as put_pages of N made: a persistent pin
+                // of one GPU page (no callback; its unpin does not depend on the caller), under
+                // `N_PINS` as every persistent pin of ours.
+                let probe = PersistentPin::get(range.first_page()).map_err(errno)?;
+                // Whatever the unpin answers, the pin showed the process reaches its memory.
+                let _ = probe.put(range.first_page());
+                Ok(())
             }
             Op::DriverBarrier => {
                 let r = nvidia::wait_for_teardowns();

@@ -44,6 +44,7 @@ static INVALIDATIONS_SKIPPED: Counter = Counter::new();
 static RELEASES: Counter = Counter::new();
 static LATE_CALLBACKS: Counter = Counter::new();
 static FOREIGN_UNPINS: Counter = Counter::new();
+static UNPROVEN_UNPINS: Counter = Counter::new();
 static UNPIN_FAILURES: Counter = Counter::new();
 static DEFERRED_UNPINS: Counter = Counter::new();
 static KEPT_REGISTRATIONS: Counter = Counter::new();
@@ -82,6 +83,7 @@ pub(crate) fn snapshot() -> Snapshot {
         releases: RELEASES.get(),
         late_callbacks: LATE_CALLBACKS.get(),
         foreign_unpins: FOREIGN_UNPINS.get(),
+        unproven_unpins: UNPROVEN_UNPINS.get(),
         unpin_failures: UNPIN_FAILURES.get(),
         deferred_unpins: DEFERRED_UNPINS.get(),
         kept_registrations: KEPT_REGISTRATIONS.get(),
@@ -153,6 +155,21 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
                 range.start(),
                 range.len(),
                 kapi::current_pid()
+            ));
+        }
+        Event::UnpinNUnproven(errno) => {
+            UNPROVEN_UNPINS.add(1);
+            say(format_args!(
+                "{}: GPU VA {:#x}+{:#x}: the NVIDIA driver answered its unpin, but pid {} no longer \
+                 reaches that memory through the driver (errno -{}: an MPS client whose CUDA \
+                 context or /dev/nvidiactl went before its memory registration), so nothing shows \
+                 the pin went: the registration stays (and peermem-rs loaded) until the driver \
+                 calls it back when the memory is freed\n",
+                client,
+                range.start(),
+                range.len(),
+                kapi::current_pid(),
+                errno
             ));
         }
         Event::UnpinPFailed(errno) | Event::UnpinNFailed(errno) => {

@@ -37,6 +37,12 @@
 //!    answers 0 also when it found nothing. So N is unpinned only from the owner's process; from
 //!    any other task it is *abandoned*: the driver keeps its reference to the registration (and so
 //!    the module reference) until its callback comes when the owner frees the memory or exits.
+//!    Even the owner's 0 proves nothing by itself: "the calling process" is the set of P2P objects
+//!    whose pid list holds it, and that set shrinks without the pins going (an MPS client whose
+//!    RM client was freed leaves the server's object; its pins stay armed until the server frees
+//!    the memory). So after the owner's 0 a second lookup by the same process, a persistent pin of
+//!    one page, shows whether the process still reaches its memory: found, the unpin found N;
+//!    not found, N is abandoned as from a foreign task ([`Op::ProveUnpinN`]).
 //! 3. The callback runs with the RM API lock held: any driver call that takes it fails there
 //!    (-EIO). And the host may hold the MR's mapping lock while it calls us (registration from
 //!    before get_pages until the MR is armed; a legacy deregistration), while the callback's
@@ -115,6 +121,14 @@ pub enum Op {
     PinN,
     /// `nvidia_p2p_put_pages` of N (only from the owner's process).
     UnpinN,
+    /// After `UnpinN` answered 0: `nvidia_p2p_get_pages_persistent` of the range's first GPU page,
+    /// then `nvidia_p2p_put_pages_persistent` of it, from the same task. The driver finds the
+    /// memory only through the P2P objects whose pid list holds the caller, as put_pages found N;
+    /// found: the process still reaches N's object, so its put_pages found N and unpinned it; not
+    /// found (`Err`): the process has left the object (an MPS client whose RM client was freed:
+    /// put_pages found nothing and answered 0 anyway), N stays armed and is abandoned. Pinned
+    /// under `N_PINS`, as every persistent pin of ours.
+    ProveUnpinN,
     /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
     AllocSg,
     /// `nvidia_p2p_dma_map_pages` of P's table for the host's device.
@@ -144,7 +158,7 @@ impl Op {
     pub fn takes_driver_api_lock(self) -> bool {
         matches!(
             self,
-            Op::PinN | Op::UnpinN | Op::MapP | Op::UnpinP | Op::DriverBarrier
+            Op::PinN | Op::UnpinN | Op::ProveUnpinN | Op::MapP | Op::UnpinP | Op::DriverBarrier
         )
     }
 }
@@ -161,6 +175,10 @@ pub enum Event {
     /// N could not be unpinned because the caller is not the pinning process: the driver keeps it,
     /// and the registration, until the owner frees the memory or exits.
     UnpinNForeign,
+    /// The owner's put_pages of N answered 0, but the owner no longer reaches its memory through
+    /// the driver (errno of the proof): it has left the P2P object (MPS), so nothing shows N was
+    /// unpinned. The driver may still call back: the registration stays until it does.
+    UnpinNUnproven(i32),
     /// The free callback invalidated the registration through the host.
     Invalidated,
     /// The free callback found a host call in flight (registration or deregistration) and left the
@@ -257,6 +275,9 @@ pub enum NPin {
     Armed,
     /// `nvidia_p2p_put_pages` in flight.
     Unpinning,
+    /// `nvidia_p2p_put_pages` answered 0; [`Op::ProveUnpinN`] is to show, or is showing, whether
+    /// it found N. The driver may still call back.
+    Proving,
     /// Left to the driver (foreign task, or the driver refused the unpin): it may still call back.
     Abandoned,
     /// The driver's teardown called back: N is the driver's, and dead once the callback returns.
@@ -270,7 +291,7 @@ impl NPin {
     fn armed(self) -> bool {
         matches!(
             self,
-            NPin::Pinning | NPin::Armed | NPin::Unpinning | NPin::Abandoned
+            NPin::Pinning | NPin::Armed | NPin::Unpinning | NPin::Proving | NPin::Abandoned
         )
     }
 }
@@ -743,6 +764,10 @@ impl Registration {
             }
             // Not reachable: a running callback has torn N down before anyone could see it armed.
         }
+        if self.n == NPin::Proving && api {
+            // (A running callback has torn N down: never Proving without the API lock.)
+            return self.host_call(Op::ProveUnpinN);
+        }
         if self.p_held && self.release_p && !self.mapped && self.p_busy.is_none() {
             if api {
                 self.p_busy = Some(Op::UnpinP);
@@ -853,14 +878,11 @@ impl Registration {
                 match result {
                     Ok(()) => {
                         if self.n == NPin::Unpinning {
-                            // Found among the owner's pins and unpinned: no callback will come.
-                            // (Had the teardown unlinked it first, its callback, which runs under
-                            // the API lock our call waited for, would have claimed N already.)
-                            self.n = NPin::Gone;
-                            if self.driver_ref {
-                                self.driver_ref = false;
-                                self.host_pending.drop_driver_ref = true;
-                            }
+                            // Found among the owner's pins and unpinned, or found nowhere: the
+                            // proof tells. (Had the teardown unlinked it first, its callback,
+                            // which runs under the API lock our call waited for, would have
+                            // claimed N already.)
+                            self.n = NPin::Proving;
                         }
                     }
                     Err(errno) => {
@@ -868,6 +890,28 @@ impl Registration {
                             self.n = NPin::Abandoned;
                         }
                         self.host_pending.note = Some(Event::UnpinNFailed(errno));
+                    }
+                }
+                self.set_host_stage(HostStage::LetGo);
+            }
+            (HostCall::PutPages | HostCall::Release, Op::ProveUnpinN) => {
+                if self.n == NPin::Proving {
+                    match result {
+                        Ok(()) => {
+                            // The owner still reaches N's object: its put_pages found N and
+                            // unpinned it, and no callback will come.
+                            self.n = NPin::Gone;
+                            if self.driver_ref {
+                                self.driver_ref = false;
+                                self.host_pending.drop_driver_ref = true;
+                            }
+                        }
+                        Err(errno) => {
+                            // The owner has left N's object: N stays armed, with our reference
+                            // as its data, until the memory is freed.
+                            self.n = NPin::Abandoned;
+                            self.host_pending.note = Some(Event::UnpinNUnproven(errno));
+                        }
                     }
                 }
                 self.set_host_stage(HostStage::LetGo);
@@ -1047,7 +1091,7 @@ mod tests {
             [Op::UnmapP]
         );
         let steps = host(&mut r, HostCall::PutPages, OWNER);
-        assert_eq!(calls(&steps), [Op::UnpinN, Op::UnpinP]);
+        assert_eq!(calls(&steps), [Op::UnpinN, Op::ProveUnpinN, Op::UnpinP]);
         assert!(steps.contains(&Step::DropDriverRef));
         host(&mut r, HostCall::Release, OWNER);
         assert!(r.quiescent());
@@ -1252,11 +1296,74 @@ mod tests {
     }
 
     #[test]
+    fn an_unpin_the_owner_cannot_prove_keeps_the_registration_for_the_callback() {
+        // An MPS client whose RM client was freed: its put_pages finds nothing and answers 0, and
+        // its lookup of the memory fails too. N stays armed.
+        let mut r = mapped(Flavour::Invalidating);
+        host(&mut r, HostCall::DmaUnmap, OWNER);
+        r.begin(HostCall::PutPages, OWNER).unwrap();
+        let (steps, result) = run(&mut r, Actor::Host, |_, op| {
+            if op == Op::ProveUnpinN {
+                Err(EINVAL)
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(result, Ok(()));
+        assert_eq!(calls(&steps), [Op::UnpinN, Op::ProveUnpinN, Op::UnpinP]);
+        assert!(steps.contains(&Step::Note(Event::UnpinNUnproven(EINVAL))));
+        assert!(!steps.contains(&Step::DropDriverRef));
+        assert!(r.driver_holds_ref());
+        assert_eq!(r.n_pin(), NPin::Abandoned);
+        host(&mut r, HostCall::Release, OWNER);
+        assert!(!r.quiescent());
+        // The server frees the memory: the callback comes, late, and the work item lets go.
+        assert!(r.begin_callback());
+        let (steps, _) = run(&mut r, Actor::Callback, ok);
+        assert_eq!(
+            steps,
+            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
+        );
+        assert_eq!(work(&mut r), [Op::DriverBarrier]);
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn a_callback_during_the_proof_claims_n_and_the_proof_is_ignored() {
+        // put_pages found nothing (the owner left), and the memory is freed while the proof runs:
+        // the callback claims N and the reference; whatever the proof answers changes nothing.
+        for proof in [Ok(()), Err(EINVAL)] {
+            let mut r = mapped(Flavour::Invalidating);
+            host(&mut r, HostCall::DmaUnmap, OWNER);
+            r.begin(HostCall::PutPages, OWNER).unwrap();
+            let (steps, _) = run(&mut r, Actor::Host, |r, op| {
+                if op == Op::ProveUnpinN {
+                    assert!(r.begin_callback());
+                    assert_eq!(run(r, Actor::Callback, ok).1, Ok(()));
+                    return proof;
+                }
+                Ok(())
+            });
+            assert!(!steps.contains(&Step::DropDriverRef));
+            assert!(!steps
+                .iter()
+                .any(|s| matches!(s, Step::Note(Event::UnpinNUnproven(_)))));
+            assert_eq!(r.n_pin(), NPin::TornDown);
+            host(&mut r, HostCall::Release, OWNER);
+            work(&mut r);
+            assert!(r.quiescent());
+        }
+    }
+
+    #[test]
     fn release_without_put_pages_lets_go_and_says_so() {
         let mut r = mapped(Flavour::Invalidating);
         let steps = host(&mut r, HostCall::Release, OWNER);
         assert_eq!(steps[0], Step::Note(Event::ReleasedWithoutPutPages));
-        assert_eq!(calls(&steps), [Op::UnmapP, Op::UnpinN, Op::UnpinP]);
+        assert_eq!(
+            calls(&steps),
+            [Op::UnmapP, Op::UnpinN, Op::ProveUnpinN, Op::UnpinP]
+        );
         assert!(r.quiescent());
     }
 

@@ -32,6 +32,10 @@ pub struct Snapshot {
     /// stays with the driver (and keeps peermem-rs loaded) until that process frees the memory or
     /// exits.
     pub foreign_unpins: u64,
+    /// Non-persistent pins whose unpin by the registering process nothing could prove (it no
+    /// longer reached its memory through the driver: an MPS client that left the server's P2P
+    /// object): each stays with the driver (and keeps peermem-rs loaded) until the memory is freed.
+    pub unproven_unpins: u64,
     /// Unpins the NVIDIA driver refused.
     pub unpin_failures: u64,
     /// Persistent pins unpinned by peermem-rs's work item (after an invalidation, or for a host
@@ -55,6 +59,7 @@ impl fmt::Display for Snapshot {
         writeln!(f, "releases {}", self.releases)?;
         writeln!(f, "late_callbacks {}", self.late_callbacks)?;
         writeln!(f, "foreign_unpins {}", self.foreign_unpins)?;
+        writeln!(f, "unproven_unpins {}", self.unproven_unpins)?;
         writeln!(f, "unpin_failures {}", self.unpin_failures)?;
         writeln!(f, "deferred_unpins {}", self.deferred_unpins)?;
         writeln!(f, "kept_registrations {}", self.kept_registrations)?;
@@ -81,6 +86,6 @@ mod tests {
         let text = s.to_string();
         assert!(text.starts_with("live_registrations 2\npinned_bytes 131072\n"));
         assert!(text.contains("\nerror_bar1_exhausted 3\n"));
-        assert_eq!(text.lines().count(), 12 + Cause::COUNT);
+        assert_eq!(text.lines().count(), 13 + Cause::COUNT);
     }
 }

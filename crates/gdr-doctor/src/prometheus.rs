@@ -113,7 +113,7 @@ fn metric_word(key: &str) -> String {
 /// peermem-rs's statistics (`src/logic/stats.rs`), each as a metric: the two levels as gauges, the
 /// event counts as counters, the refusals as one counter with the cause as a label. A key a newer
 /// peermem-rs adds is kept, untyped, as `peermem_rs_stat_<key>`.
-const STATS: [(&str, &str, &str, &str); 12] = [
+const STATS: [(&str, &str, &str, &str); 13] = [
     ("live_registrations", "peermem_rs_live_registrations", "gauge", "Memory registrations between acquire and release now."),
     ("pinned_bytes", "peermem_rs_pinned_bytes", "gauge", "Bytes of GPU memory pinned for the NIC now."),
     ("acquired", "peermem_rs_acquired_total", "counter", "acquire calls that claimed a range as GPU memory."),
@@ -123,6 +123,7 @@ const STATS: [(&str, &str, &str, &str); 12] = [
     ("releases", "peermem_rs_releases_total", "counter", "Memory registrations released."),
     ("late_callbacks", "peermem_rs_late_callbacks_total", "counter", "Free callbacks after the host had already released the registration."),
     ("foreign_unpins", "peermem_rs_foreign_unpins_total", "counter", "Pins another process could not unpin; each stays until its owner frees the memory or exits."),
+    ("unproven_unpins", "peermem_rs_unproven_unpins_total", "counter", "Unpins the registering process answered but could not prove (an MPS client that left the server's P2P object); each stays until the memory is freed."),
     ("unpin_failures", "peermem_rs_unpin_failures_total", "counter", "Unpins the NVIDIA driver refused."),
     ("deferred_unpins", "peermem_rs_deferred_unpins_total", "counter", "Persistent pins unpinned later by peermem-rs's work item."),
     ("kept_registrations", "peermem_rs_kept_registrations_total", "counter", "Registrations kept until reboot because the driver never showed its teardown had returned."),

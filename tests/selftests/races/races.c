@@ -360,6 +360,7 @@ FIXTURE_TEARDOWN(race)
 	write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "0");
 	write_text("/sys/kernel/debug/" NV "/recycle_into_persistent", "0");
 	write_text("/sys/module/" NV "/parameters/internal_object_pid", "0");
+	write_text("/sys/module/" NV "/parameters/mps_departed_tgid", "0");
 	if (self->pmh >= 0)
 		close(self->pmh);
 	/* The allocation, unless the test freed it (its mapping would keep it alive). */
@@ -831,6 +832,45 @@ TEST_F(race, forked_child_deregisters_then_the_owner_frees)
 TEST_F(race, device_removal_deregisters_then_the_owner_frees)
 {
 	foreign_dereg_then_free(_metadata, self, DEVICE_REMOVAL, 0);
+}
+
+/* MPS: the client process leaves the server's P2P object (its RM client is freed: cuCtxDestroy, its
+ * close of /dev/nvidiactl, or an exit that closes that file before the uverbs one), then
+ * deregisters, then the server frees the memory. The client's put_pages finds no pin any more and
+ * answers 0 while the pin stays armed (RM took only the pid out of the object's list), so a client
+ * that takes that 0 for an unpin lets go of what the driver's callback still names. No window to
+ * force: the three steps happen one after the other. */
+TEST_F(race, mps_client_leaves_then_deregisters_then_the_server_frees)
+{
+	long long unproven = client_stat("unproven_unpins");
+	long long departed = gpu_counter("departed_lookups");
+	char pid[16];
+	struct pmh_reg_mr mr;
+
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	snprintf(pid, sizeof(pid), "%d", getpid());
+	ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/mps_departed_tgid", pid));
+	EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	EXPECT_EQ(0, pmh_counter("live_mrs"));
+	if (invalidating()) {
+		/* The client's put_pages of its non-persistent pin looked in vain. */
+		EXPECT_LT(departed, gpu_counter("departed_lookups"));
+	}
+	if (ours() && invalidating()) {
+		/* Nothing proves the pin went: the registration, its module reference with it, stays
+		 * for the callback. */
+		EXPECT_EQ(unproven + 1, client_stat("unproven_unpins"));
+		EXPECT_EQ(1, client_stat("live_registrations"));
+	}
+	/* The server frees the memory (the stand-in's owner file stands for it): the driver calls
+	 * back every pin of it now. */
+	EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
+	if (ours() && invalidating()) {
+		char why[256];
+
+		EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
+		EXPECT_LT(0, client_stat("late_callbacks"));
+	}
 }
 
 /* As above, with rmmod tried in between: refused while the driver holds our callback. The

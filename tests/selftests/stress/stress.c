@@ -1116,7 +1116,7 @@ static const char *const host_counters[] = {
 };
 static const char *const client_counters[] = {
 	"acquired", "registrations", "releases", "invalidations", "invalidations_skipped",
-	"late_callbacks", "foreign_unpins", "unpin_failures", "deferred_unpins", "kept_registrations",
+	"late_callbacks", "foreign_unpins", "unproven_unpins", "unpin_failures", "deferred_unpins", "kept_registrations",
 	"error_out_of_memory", "error_freed_while_registering", "error_driver_error",
 	"error_bar1_exhausted", "error_not_gpu_memory", "error_host_protocol",
 };
