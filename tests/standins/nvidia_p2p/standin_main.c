@@ -185,7 +185,7 @@ MODULE_PARM_DESC(internal_object_pid,
  * third_party_p2p.c:1025-1085) without touching the pins. Then every lookup by the caller's pid
  * (RmP2PGetInfoWithoutToken, p2p.c:873-954, through CliNextThirdPartyP2PInfoWithPid,
  * third_party_p2p.c:300-342) finds nothing for it: its get_pages fail, its put_pages find no pin
- * and answer 0 (NV_ERR_OBJECT_NOT_FOUND, nv-p2p.c:329-335), and its pins stay armed until the
+ * and answer 0 (NV_ERR_OBJECT_NOT_FOUND, nv-p2p.c:325-335), and its pins stay armed until the
  * server frees the memory. 0: nobody has left.
  */
 int mps_departed_tgid;
