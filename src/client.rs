@@ -37,11 +37,12 @@ use kernel::sync::{Arc, ArcBorrow, SpinLock};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 use crate::kapi::{self, SharedMutex, StaticMutex};
-use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, ENOMEM as ENOMEM_NR};
+use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, EIO as EIO_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
     Actor, Commit, HostCall, NPin, Op, Refusal, Registration, Step, Violation,
 };
+use crate::logic::tables;
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
 use crate::sg::SgEntries;
@@ -375,8 +376,14 @@ impl RegCtx {
                     (Some(_), Some((_, m))) => m.header().check(range.pages()).is_ok(),
                     _ => false,
                 };
+                let half_made = |m: &DmaMapping| {
+                    let addresses = (0..range.pages()).filter_map(|i| m.dma_address(i));
+                    tables::first_failed_page(addresses).is_some()
+                };
                 let mut sg = sg;
                 let result = match (&mut sg, &mapping, filled) {
+                    // A page the driver did not map, in a mapping it reported as made.
+                    (Some(_), Some((_, m)), true) if half_made(m) => Err(EIO_NR),
                     (Some(sg), Some((_, m)), true) => sg
                         .fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
                         .map_err(errno),

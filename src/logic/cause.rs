@@ -39,11 +39,14 @@ pub enum Cause {
     /// get_pages_persistent): MIG, vGPU or PPC64LE before 555, APM on every driver, and on 555+
     /// a few configurations of their own (a vGPU profile without GPUDirect RDMA, for one).
     PersistentPinsUnsupported,
+    /// The driver reported a DMA mapping as made with a page of it not mapped (its address is
+    /// `DMA_MAPPING_ERROR`): drivers up to 580 go on after a failed page.
+    PartialDmaMapping,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Cause; 13] = [
+    pub const ALL: [Cause; 14] = [
         Cause::BadRange,
         Cause::NotGpuMemory,
         Cause::Bar1Exhausted,
@@ -57,6 +60,7 @@ impl Cause {
         Cause::Unloading,
         Cause::NotReady,
         Cause::PersistentPinsUnsupported,
+        Cause::PartialDmaMapping,
     ];
     /// Number of causes.
     pub const COUNT: usize = Self::ALL.len();
@@ -82,6 +86,7 @@ impl Cause {
             Cause::Unloading => "unloading",
             Cause::NotReady => "not_ready",
             Cause::PersistentPinsUnsupported => "persistent_pins_unsupported",
+            Cause::PartialDmaMapping => "partial_dma_mapping",
         }
     }
 
@@ -124,6 +129,12 @@ impl Cause {
                  DMA-BUF: ibv_reg_dmabuf_mr); every driver refuses them with APM, and newer ones \
                  for a vGPU profile without GPUDirect RDMA"
             }
+            Cause::PartialDmaMapping => {
+                "the NVIDIA driver reported the DMA mapping made, but a page of it failed to map and \
+                 the pages before it were unmapped (drivers up to 580 go on after a failed page; an \
+                 IOMMU out of mapping space?): refused rather than hand the NIC unmapped addresses; \
+                 driver 590 or later reports the failure itself"
+            }
         }
     }
 
@@ -157,6 +168,7 @@ impl Cause {
 }
 
 /// Linux errno values the logic needs (positive, as in `include/uapi/asm-generic/errno*.h`).
+pub const EIO: i32 = 5;
 pub const EINVAL: i32 = 22;
 pub const ENOMEM: i32 = 12;
 pub const EFAULT: i32 = 14;

@@ -56,7 +56,7 @@
 //!    the callback: it hands the driver's reference to the work item, whose queue module exit
 //!    destroys (waiting for a running item), so no module code runs after the module is gone.
 
-use crate::logic::cause::{Cause, EINVAL, ENOMEM};
+use crate::logic::cause::{Cause, EINVAL, EIO, ENOMEM};
 use crate::logic::range::GpuRange;
 
 /// A process, as the NVIDIA driver tells them apart: the thread-group id (`current->tgid`).
@@ -844,6 +844,8 @@ impl Registration {
                 // P is no longer reserved: either unmapped next (Undo), or handed to the host.
                 self.p_busy = None;
                 let refusal = match result {
+                    // The glue's EIO: a page the driver did not map (`tables::first_failed_page`).
+                    Err(EIO) => Some(Refusal::new(EIO, Cause::PartialDmaMapping)),
                     Err(_) => Some(Refusal::new(EINVAL, Cause::UnknownLayout)),
                     Ok(()) if self.n == NPin::TornDown => Some(FREED),
                     Ok(()) => None,
@@ -1243,6 +1245,29 @@ mod tests {
         host(&mut r, HostCall::Release, OWNER);
         work(&mut r);
         assert!(r.quiescent());
+    }
+
+    #[test]
+    fn a_half_made_mapping_is_unmapped_and_refused() {
+        for flavour in [Flavour::Persistent, Flavour::Invalidating] {
+            let mut r = Registration::acquired(flavour, range(), OWNER);
+            host(&mut r, get_pages(), OWNER);
+            r.begin(HostCall::DmaMap, OWNER).unwrap();
+            let (steps, result) = run(&mut r, Actor::Host, |_, op| {
+                if op == Op::FillSg {
+                    Err(EIO)
+                } else {
+                    Ok(())
+                }
+            });
+            assert_eq!(
+                calls(&steps),
+                [Op::AllocSg, Op::MapP, Op::FillSg, Op::UnmapP]
+            );
+            assert_eq!(result, Err(Refusal::new(EIO, Cause::PartialDmaMapping)));
+            assert!(!r.is_mapped());
+            assert_eq!(r.phase(), Phase::Pinned);
+        }
     }
 
     #[test]

@@ -61,6 +61,25 @@ impl PageTableHeader {
     }
 }
 
+/// What the driver leaves in the entry of a page it failed to map: `nv_dma_map_mmio` stores what
+/// `dma_map_resource` returned, the kernel's `DMA_MAPPING_ERROR` (550.163.01
+/// kernel-open/nvidia/nv-dma.c).
+pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
+
+/// The first page (0-based) of a DMA mapping that the driver did not map, or `None`.
+///
+/// Drivers up to 580 go on after a page fails: they unmap the pages before it and return the last
+/// page's status, so a failure before the last page comes back as a mapping made
+/// (`rm_p2p_dma_map_pages`, src/nvidia/arch/nvalloc/unix/src/osapi.c 550:4425-4440; 590 stops).
+/// The failed page's entry is `DMA_MAPPING_ERROR`; the unmapped ones before it keep addresses
+/// that look good, so the failed entry is the one sign.
+pub fn first_failed_page(addresses: impl IntoIterator<Item = u64>) -> Option<u32> {
+    addresses
+        .into_iter()
+        .position(|a| a == DMA_MAPPING_ERROR)
+        .map(|i| i as u32)
+}
+
 /// The fields of a DMA mapping that matter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DmaMappingHeader {
@@ -91,6 +110,17 @@ impl DmaMappingHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mapping_with_a_failed_page_is_found_out() {
+        assert_eq!(first_failed_page([0x1000, 0x2000, 0x3000]), None);
+        assert_eq!(
+            first_failed_page([0x1000, DMA_MAPPING_ERROR, 0x3000]),
+            Some(1)
+        );
+        assert_eq!(first_failed_page([DMA_MAPPING_ERROR, 0x2000]), Some(0));
+        assert_eq!(first_failed_page([]), None);
+    }
 
     #[test]
     fn version_rule() {

@@ -1046,6 +1046,19 @@ static void scenario_driver_errors(void)
 	inject_case("driver_error.map_enotsupp_nc", "as_above,_caller_that_cannot_be_invalidated",
 		    "dma_map_pages 1 -524", PMH_REG_WRITE | PMH_REG_NO_INVALIDATE);
 
+	/* The first of two pages fails to map: drivers up to 580 unmap the pages before a failed one,
+	 * go on, and return the last page's status, so the mapping is reported as made
+	 * (osapi.c 550:4425-4440), with DMA_MAPPING_ERROR in the failed page's entry. */
+	if (begin("driver_error.map_half", "the_first_of_two_pages_fails_to_map:_the_driver_reports_the_mapping_made")) {
+		va = alloc_gpu(2 * GPU_PAGE, &handle, &info);
+		if (write_text(GPU_DEBUGFS "/dma_map_fail_page", "1"))
+			die("dma_map_fail_page", errno);
+		if (!reg("reg", va, 2 * GPU_PAGE, PMH_REG_WRITE, &mr))
+			dereg("dereg.rc", mr.handle);
+		write_text(GPU_DEBUGFS "/dma_map_fail_page", "0");
+		free_gpu(NULL, handle);
+		end();
+	}
 	if (begin("driver_error.unmap_fails", "nvidia_p2p_dma_unmap_pages_fails_at_deregistration")) {
 		va = alloc_gpu(GPU_PAGE, &handle, &info);
 		if (!reg("reg", va, GPU_PAGE, PMH_REG_WRITE, &mr)) {

@@ -483,6 +483,37 @@ TEST_F_TIMEOUT(gpu, driver_errors_propagate_with_their_cause, 120)
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
 }
 
+/* Drivers up to 580 go on after a page of a DMA mapping fails: they unmap the pages before it and
+ * return the last page's status, so the mapping comes back as made, with DMA_MAPPING_ERROR in the
+ * failed page's entry and addresses that are no longer mapped before it. peermem-rs refuses it
+ * (EIO, cause partial_dma_mapping) rather than hand those addresses to the NIC; nvidia-peermem
+ * registers it (conformance scenario driver_error.map_half). */
+TEST_F_TIMEOUT(gpu, a_dma_mapping_the_driver_half_made_is_refused, 60)
+{
+	long long before = peermem_stat("error_partial_dma_mapping");
+	long long half = gpu_counter("half_mappings");
+	char mark[64];
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "not applicable: GPU and NIC are under different root ports in this VM variant (the driver refuses every mapping)");
+	va = gpu_alloc(self->gpu, 4 * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	/* A new window of the log's rate limit (see driver_errors_propagate_with_their_cause). */
+	usleep(5200 * 1000);
+	snprintf(mark, sizeof(mark), "client_test half mapping %d", getpid());
+	kmsg_mark(mark);
+	ASSERT_EQ(0, write_text(GPU_DEBUGFS "/dma_map_fail_page", "2"));
+	EXPECT_EQ(-EIO, pmh_reg(self->pmh, va, 4 * GPU_PAGE, PMH_REG_WRITE, NULL));
+	write_text(GPU_DEBUGFS "/dma_map_fail_page", "0");
+	/* The driver did report the mapping as made. */
+	EXPECT_EQ(half + 1, gpu_counter("half_mappings"));
+	EXPECT_EQ(before + 1, peermem_stat("error_partial_dma_mapping"));
+	EXPECT_TRUE(dmesg_has_since(mark, "a page of it failed to map"));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
 /* GPU and NIC under different root ports: the driver refuses, and peermem-rs explains. */
 TEST_F(gpu, topology_refusal_is_explained)
 {

@@ -99,6 +99,11 @@ struct standin_pin {
 struct standin_dma_map {
 	struct list_head node;		/* pin->dma_mappings.list */
 	struct nvidia_p2p_dma_mapping m;
+	/*
+	 * Entries the mapping reports that are not mapped (a page that failed, and the pages before
+	 * it, which rm_p2p_dma_map_pages unmapped and went on: see there); NULL when every entry is.
+	 */
+	unsigned long *unmapped;
 };
 
 /* Functions that fault injection can make fail. */
@@ -145,6 +150,8 @@ enum standin_fn {
 	X(lookup_failures)		\
 	X(departed_lookups)		\
 	X(dma_map_errors)		\
+	X(half_mappings)		\
+	X(half_map_unmaps)		\
 	X(callback_reentries)		\
 	X(leaked_by_driver)		\
 	X(injected_failures)		\
@@ -192,6 +199,11 @@ struct standin_state {
 	struct standin_gpu *gpu;	/* NULL until the PCI device is bound */
 	struct standin_counters c;
 	unsigned int free_callback_delay_ms;
+	/*
+	 * dma_map_fail_page (debugfs): the next rm_p2p_dma_map_pages fails the mapping of its page N
+	 * (1-based) as dma_map_resource() would (an IOMMU out of IOVA space); 0: off. One-shot.
+	 */
+	u32 dma_map_fail_page;
 	/*
 	 * recycle_freed_pins (debugfs, for the stale-unpin window): a freed non-persistent pin is
 	 * kept in `recycled` and given to the next non-persistent pin, so that the new pin's table has
@@ -251,7 +263,8 @@ int rm_p2p_put_pages_persistent(const void *key);
 void rm_del_vidmem_locked(struct standin_alloc *a);
 void rm_free_leftover_records(void);
 
-int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma);
+int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma,
+			 unsigned long **unmapped);
 
 /* standin_p2p.c: the nv-p2p layer */
 int standin_p2p_init(void);

@@ -144,6 +144,7 @@ void standin_debugfs_init(void)
 	debugfs_create_file("counters", 0444, dir, NULL, &counters_fops);
 	debugfs_create_file("inject", 0644, dir, NULL, &inject_fops);
 	debugfs_create_u32("free_callback_delay_ms", 0644, dir, &standin.free_callback_delay_ms);
+	debugfs_create_u32("dma_map_fail_page", 0644, dir, &standin.dma_map_fail_page);
 	debugfs_create_bool("recycle_freed_pins", 0644, dir, &standin.recycle_freed_pins);
 	debugfs_create_bool("recycle_into_persistent", 0644, dir, &standin.recycle_into_persistent);
 	standin_race_init(dir);

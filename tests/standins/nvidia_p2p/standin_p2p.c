@@ -80,9 +80,21 @@ static void nv_p2p_free_dma_mapping(struct standin_dma_map *map)
 	struct nvidia_p2p_dma_mapping *m = &map->m;
 	u32 i;
 
-	for (i = 0; i < m->entries; i++)
+	for (i = 0; i < m->entries; i++) {
+		/*
+		 * nvidia.ko unmaps every entry, also those a half-made mapping left unmapped (the
+		 * failed page's DMA_MAPPING_ERROR, and the pages before it): with an IOMMU or DMA-API
+		 * debugging that is a splat there. The stand-in counts them instead, whichever client:
+		 * no client can keep the driver from it once the mapping exists.
+		 */
+		if (map->unmapped && test_bit(i, map->unmapped)) {
+			count_inc(half_map_unmaps);
+			continue;
+		}
 		dma_unmap_resource(&m->pci_dev->dev, m->dma_addresses[i], GPU_PAGE_SIZE,
 				   DMA_BIDIRECTIONAL, 0);
+	}
+	bitmap_free(map->unmapped);
 	kfree(m->dma_addresses);
 	kfree(map);
 	count_dec(live_dma_mappings);
@@ -387,7 +399,7 @@ static int p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table 
 		dma[i] = page_table->pages[i]->physical_address;
 	race_point(RP_DMA_MAP_READ);
 
-	ret = rm_p2p_dma_map_pages(peer, page_table->gpu_uuid, page_count, dma);
+	ret = rm_p2p_dma_map_pages(peer, page_table->gpu_uuid, page_count, dma, &map->unmapped);
 	if (ret)
 		goto failed;
 

@@ -17,6 +17,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/bitmap.h>
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
 #include <linux/hashtable.h>
@@ -619,15 +620,26 @@ static bool peer_can_reach(struct pci_dev *peer, u64 phys)
 /*
  * rm_p2p_dma_map_pages: under the API lock, find the GPU by the table's UUID, check the topology
  * (580+), and map every page for the peer; @dma holds the physical addresses on entry and the DMA
- * addresses on success.
+ * addresses after.
+ *
+ * A page that fails is what nvidia.ko makes of it up to 580: nv_dma_map_mmio leaves
+ * DMA_MAPPING_ERROR in its entry (550.163.01 kernel-open/nvidia/nv-dma.c nv_dma_map_mmio), and the
+ * loop unmaps the pages before it and goes on with the next page, so that the status returned is
+ * the last page's (src/nvidia/arch/nvalloc/unix/src/osapi.c 550:4425-4440; 535.288.01
+ * osapi.c:4208-4223; 580 around 4495-4509; 590 stops at the failure). A failure before the last
+ * page is reported as a mapping made, with the pages up to the failed one not mapped: recorded in
+ * *@unmapped (allocated here, NULL when every page is mapped), counted in half_mappings.
  */
-int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma)
+int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma,
+			 unsigned long **unmapped)
 {
 	struct standin_gpu *gpu;
+	unsigned long *gone = NULL;
 	dma_addr_t addr;
-	u32 i;
+	u32 i, j, fail;
 	int ret;
 
+	*unmapped = NULL;
 	ret = rm_api_lock(__func__);
 	if (ret)
 		return ret;
@@ -644,27 +656,48 @@ int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u
 		ret = -ENOTSUPP;
 		goto out;
 	}
+	fail = xchg(&standin.dma_map_fail_page, 0);
 	for (i = 0; i < page_count; i++) {
-		if (!peer_can_reach(peer, dma[i])) {
+		addr = DMA_MAPPING_ERROR;
+		if (i + 1 == fail)
+			pr_err("dma_map_pages: mapping %#llx for %s failed (dma_map_fail_page)\n",
+			       dma[i], pci_name(peer));
+		else if (!peer_can_reach(peer, dma[i]))
 			pr_err("dma_map_pages: %s cannot address %#llx (DMA mask %#llx)\n",
 			       pci_name(peer), dma[i], dma_get_mask(&peer->dev));
-			goto map_error;
+		else
+			addr = dma_map_resource(&peer->dev, dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+		if (!dma_mapping_error(&peer->dev, addr)) {
+			dma[i] = addr;
+			ret = 0;
+			continue;
 		}
-		addr = dma_map_resource(&peer->dev, dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-		if (dma_mapping_error(&peer->dev, addr)) {
-			pr_err("dma_map_pages: mapping %#llx for %s failed\n", dma[i], pci_name(peer));
-			goto map_error;
+		count_inc(dma_map_errors);
+		dma[i] = DMA_MAPPING_ERROR;
+		ret = -EIO;
+		if (!gone) {
+			gone = bitmap_zalloc(page_count, GFP_KERNEL);
+			if (WARN_ON(!gone))	/* the stand-in's own bookkeeping */
+				break;
 		}
-		dma[i] = addr;
+		set_bit(i, gone);
+		/* nvidia.ko unmaps every page before the failed one, already unmapped or not. */
+		for (j = 0; j < i; j++) {
+			if (test_and_set_bit(j, gone))
+				count_inc(half_map_unmaps);
+			else
+				dma_unmap_resource(&peer->dev, dma[j], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+		}
 	}
-	ret = 0;
-	goto out;
-
-map_error:
-	count_inc(dma_map_errors);
-	while (i--)
-		dma_unmap_resource(&peer->dev, dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-	ret = -EIO;
+	if (ret) {
+		/* The last page failed: nvidia.ko reports the failure, and nv-p2p frees the array. */
+		bitmap_free(gone);
+		goto out;
+	}
+	if (gone) {
+		count_inc(half_mappings);
+		*unmapped = gone;
+	}
 out:
 	rm_api_unlock();
 	return ret;
