@@ -2,11 +2,14 @@
 # SPDX-License-Identifier: GPL-2.0
 """Writes the figures of docs/model-check.md: runs `protocol-model <client>` (release build) for every
 client the page describes, and rewrites the section between its "model check: begin/end" marks with a
-table of what each run printed (configurations, states, unique states, counterexamples, seconds),
-and the commit it ran on and whether the tree had changes not committed. The state counts and
-counterexamples are exact and repeatable; the seconds are of this run, on this machine.
+table of what each run printed (configurations, states, unique states, counterexamples, the
+configurations where a registration is kept for good in the accepted race, what the MPS
+configurations among them add, seconds), and the commit it ran on and whether the tree had changes
+not committed. The state counts and counterexamples are exact and repeatable; the seconds are of
+this run, on this machine.
 
-    crates/protocol-model/write-doc.py
+    crates/protocol-model/write-doc.py             # rewrites the section
+    crates/protocol-model/write-doc.py --dry-run   # prints it instead
 """
 
 import re
@@ -25,8 +28,11 @@ CLIENTS = [
     ("before", "the client of commit 8adc715"),
     ("no-n-pins", "the client before 8071b8f (eb5e4f5, no `N_PINS`)"),
     ("unlocked-p", "the client before 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin)"),
+    ("trusts-unpin", "the client before 6c0a72f (b477f12, no proof: the owner's 0 from put_pages of N taken as the unpin)"),
 ]
 CONFIG = re.compile(r"^\S.*: (\d+) states \((\d+) unique\)$")
+# The configurations with an MPS owner that may leave the server's P2P object (`Config::mps`).
+MPS = ", MPS ("
 TOTAL = re.compile(r"^total: (\d+) states \((\d+) unique\) in ([\d.]+) s; (\d+) counterexamples$")
 
 
@@ -35,6 +41,9 @@ def git(*args):
 
 
 def main():
+    dry = sys.argv[1:] == ["--dry-run"]
+    if sys.argv[1:] not in ([], ["--dry-run"]):
+        raise SystemExit(f"usage: {sys.argv[0]} [--dry-run]")
     dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     source = f"{git('rev-parse', 'HEAD')} {'dirty' if dirty else 'clean'}"
     subprocess.run(["cargo", "build", "-q", "--release", "-p", "protocol-model"], cwd=REPO, check=True)
@@ -50,15 +59,46 @@ def main():
         if total is None:
             raise SystemExit(f"protocol-model {arg}: no total line")
         states, unique, seconds, failures = total.groups()
-        rows.append(f"| `{arg}` | {what} | {configs} | {states} | {unique} | {failures} | {seconds} |")
+        # Per configuration: its line, then its properties (FAILS: a counterexample) and, if a
+        # registration can be kept for good in the accepted race, an "accepted" line.
+        kept = sum(1 for line in lines if line.startswith("  accepted"))
+        mps = [0, 0, 0, 0]  # configurations, states, unique, counterexamples
+        in_mps = False
+        for line in lines:
+            config = CONFIG.match(line)
+            if config:
+                in_mps = MPS in line
+                if in_mps:
+                    mps[0] += 1
+                    mps[1] += int(config.group(1))
+                    mps[2] += int(config.group(2))
+            elif in_mps and line.startswith("  FAILS"):
+                mps[3] += 1
+        rows.append(f"| `{arg}` | {what} | {configs} | {states} | {unique} | {failures} | {kept} | "
+                    f"{mps[0]}: {mps[1]} ({mps[2]}), {mps[3]} | {seconds} |")
         print(f"{arg}: {configs} configurations, {states} states ({unique} unique), {failures} "
-              f"counterexamples, {seconds} s", file=sys.stderr)
+              f"counterexamples, kept for good in {kept}; MPS: {mps[0]} configurations, {mps[1]} "
+              f"states ({mps[2]} unique), {mps[3]} counterexamples; {seconds} s", file=sys.stderr)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     block = [BEGIN, "",
              f"Measured by `crates/protocol-model/write-doc.py` on `{source}` (the commit, and whether the "
              f"tree had changes not committed), {when}, release build, one run per client:", "",
-             "| client | what | configurations | states | unique | counterexamples | s |",
-             "|---|---|---|---|---|---|---|", *rows, "", END]
+             "| client | what | configurations | states | unique | counterexamples | kept for good | "
+             "MPS: configurations: states (unique), counterexamples | s |",
+             "|---|---|---|---|---|---|---|---|---|", *rows, "",
+             "*kept for good*: the configurations where a registration is kept, with the module "
+             "reference, in the race where the state machine errs towards keeping on purpose (the "
+             "memory freed, or the MPS owner gone, between the owner's put_pages of N and the proof; "
+             "docs/known-limits.md, \"MPS\"): no counterexample; any other registration kept for good "
+             "would be one. *MPS*: the configurations (`Config::mps`, invalidating flavour, "
+             "deregistered by the owner, a driver that unpins, no second registration, both hosts) "
+             "where the owner is an MPS client that may leave the server's P2P object at any moment, "
+             "its pins staying armed: its put_pages of N then finds nothing and answers 0, and the "
+             "server's free still calls N back; their figures are included in the columns before.",
+             "", END]
+    if dry:
+        print("\n".join(block))
+        return
     doc = DOC.read_text()
     if BEGIN not in doc or END not in doc:
         raise SystemExit(f"{DOC}: no '{BEGIN}' ... '{END}' section")

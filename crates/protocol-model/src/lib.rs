@@ -14,7 +14,10 @@
 //!   WARN); `dma_map_pages` reads the page table before the API lock and links its mapping into the
 //!   pin's allocation (under a semaphore inside it) after dropping it; `dma_unmap_pages` takes only
 //!   that semaphore; `put_pages` finds a pin only in the P2P objects whose pid list holds the
-//!   calling process and answers 0 when it finds nothing; `put_pages_persistent` works from any
+//!   calling process and answers 0 when it finds nothing (`NV_ERR_OBJECT_NOT_FOUND` -> 0,
+//!   `nv-p2p.c:329-335`), and `get_pages`, the callback's registration in its second API-lock
+//!   section and `get_pages_persistent` look the memory up the same way (`RmP2PGetInfoWithoutToken`
+//!   with token 0) and fail (EINVAL) when they find nothing; `put_pages_persistent` works from any
 //!   task; the free path (cudaFree, process
 //!   exit) holds the API lock, calls the pin's free callback, and frees the page table, its DMA
 //!   mappings and the semaphore as soon as the callback returns. Persistent pins are never called
@@ -46,21 +49,41 @@
 //!   made. RM also removes an allocation's pins without freeing it, on the unregister-vidmem
 //!   control and when the P2P object is destroyed (`third_party_p2p_ctrl.c:152-167`,
 //!   `third_party_p2p.c:210-217`), and the memory can then be pinned again; that changes nothing
-//!   here, as put_pages's lookup ignores which allocation a pin is of.)
+//!   here, as put_pages's lookup ignores which allocation a pin is of.) In the MPS configurations
+//!   (`Config::mps`) the owner is an MPS client: the server owns the memory and the P2P object,
+//!   whose pid list holds the owner's pid (`REGISTER_PID`, `third_party_p2p_ctrl.c:172-194`); the
+//!   free is the server's; and at any moment, once, the owner leaves the object (its RM client
+//!   freed: cuCtxDestroy, /dev/nvidiactl closed, an exit that closes it before the uverbs file;
+//!   `CliUnregisterFromThirdPartyP2P`/`CliDelThirdPartyP2PClientPid`,
+//!   `third_party_p2p.c:1025-1085`, under the API lock) without its pins going: from then on its
+//!   put_pages finds nothing and answers 0, N staying armed with our data, and its get_pages and
+//!   get_pages_persistent fail; the server's free still calls N back.
 //! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
 //!   `src/client.rs` does (every decision is the state machine's), with `N_PINS` around its pins
-//!   and unpins of N and the "still Unpinning?" check under it, and around acquire's persistent
-//!   pin; the client of d115ce6 (`UnlockedP`, the parent of 19a7cde) is the same but for that
-//!   last one; the client of eb5e4f5 (`NoNPins`, the parent of 8071b8f) takes `N_PINS` nowhere
-//!   and has no check; the previous client runs its state machine (`before.rs`) as the glue of
-//!   commit 8adc715 did.
+//!   and unpins of N and the "still Unpinning?" check under it, around acquire's persistent
+//!   pin, and around the proof of an unpin of N (`Op::ProveUnpinN`: "still Proving?" under it,
+//!   then a persistent pin of the range's first GPU page and its unpin); the client of b477f12
+//!   (`TrustsUnpin`, before 6c0a72f added the proof) is the same but takes the owner's 0 from
+//!   put_pages of N as the unpin (it answers the proof Ok with no driver call); the client of
+//!   d115ce6 (`UnlockedP`, the parent of 19a7cde) is the fixed one but for `N_PINS` around the
+//!   persistent pins (acquire's, the proof's); the client of eb5e4f5 (`NoNPins`, the parent of
+//!   8071b8f) takes `N_PINS` nowhere and has no "still Unpinning?" check (the proof, which
+//!   neither of these two had, they make as the fixed client without `N_PINS`); the previous
+//!   client runs its state machine (`before.rs`) as the glue of commit 8adc715 did.
 //!
 //! Properties: no driver structure used after the driver freed it; no registration used after its
 //! last reference went; no re-entry into the driver's API lock; no module code running after the
 //! module was unloaded; the NIC never keeps a usable memory key on memory the driver freed or on a
 //! dead DMA mapping; no put_pages unpins a pin its caller did not hold (another registration's N
-//! or persistent pin, found by a reused table address); no deadlock; and at the end nothing leaked
-//! (every pin, mapping, reference, lock and the work item back to zero).
+//! or persistent pin, found by a reused table address); no deadlock; at the end nothing leaked
+//! (every pin, mapping, reference, lock and the work item back to zero); and no registration kept
+//! for good for a free callback the driver will never make (`World::kept_for_good`), but in the
+//! one race where the state machine errs towards keeping on purpose (docs/known-limits.md, "MPS";
+//! `World::kept_after_late_proof`): the owner's put_pages unpins N, then the memory is freed (or,
+//! MPS, the owner leaves) before the proof's lookup, which fails, and the state machine cannot
+//! tell that from a put_pages that found nothing. That outcome is no counterexample; the report
+//! gives a run that reaches it (`Report::kept_after_late_proof`), and the fixed client reaches it
+//! in every configuration deregistered by the owner with a driver that unpins.
 //!
 //! Bound: one GPU allocation, one registration of it, one free, one deregistration, one work item
 //! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins;
@@ -71,11 +94,19 @@
 //! and a module reference, so rmmod is refused; and with it, and a driver that unpins,
 //! optionally (`Config::creator`) the owner the creator of RM's internal P2P object, whose
 //! put_pages then searches the persistent pins too (with a driver that refuses unpins nothing is
-//! looked up: the same states). Every table, persistent or not, gets the lowest free address (a
+//! looked up: the same states); for the invalidating flavour deregistered by the owner, with a
+//! driver that unpins and without the second registration, optionally (`Config::mps`) an MPS
+//! owner that leaves the server's P2P object at any moment (`Config::all` says why not
+//! elsewhere). Every table, persistent or not (the proof's too), gets the lowest free address (a
 //! freed table's at once; `Addr` keeps only what tells them apart). Not modelled: the table
 //! allocated before the API lock (the model allocates it in section #1, where the pin becomes
 //! findable), a pin made by another module of the same process (which `N_PINS` cannot exclude),
-//! more than two registrations.
+//! more than two registrations; an MPS owner that leaves more than once or joins the object again
+//! (one that left and joined again between its put_pages of N and the proof would be taken as
+//! proven: docs/known-limits.md). Within the bound only the first registration's put_pages looks a
+//! key up, and the proof follows it on the same task, so nothing here needs `N_PINS` around the
+//! proof (the model is as clean without it); it is there because every persistent pin of ours is
+//! under it (src/client.rs), for the unpins of other registrations the bound leaves out.
 
 pub mod before;
 
@@ -96,13 +127,17 @@ pub const T_WORK: Tid = 3;
 pub const T_RMMOD: Tid = 4;
 /// The second registration's pin of N (reuse configurations only).
 pub const T_PIN2: Tid = 5;
-const THREADS: usize = 6;
+/// The owner leaving the MPS server's P2P object (MPS configurations only).
+pub const T_LEAVE: Tid = 6;
+const THREADS: usize = 7;
 
 /// Processes (thread-group ids) as the driver tells them apart.
 const OWNER: reg::Tgid = 1;
 const CHILD: reg::Tgid = 2;
 const KWORKER: reg::Tgid = 3;
 const RMMOD: reg::Tgid = 4;
+/// The MPS server, which owns the memory and the P2P object (MPS configurations only).
+const SERVER: reg::Tgid = 5;
 
 const EINVAL: i32 = 22;
 const EIO: i32 = 5;
@@ -115,12 +150,21 @@ pub enum Client {
     /// peermem-rs before the fix (commit 8adc715).
     Before,
     /// peermem-rs just before commit 8071b8f (at eb5e4f5): the state machine of `Fixed`, its glue
-    /// without the `N_PINS` lock and without the "still Unpinning?" check under it.
+    /// without the `N_PINS` lock and without the "still Unpinning?" check under it. That glue had
+    /// no `Op::ProveUnpinN` (the state machine of its time asked for none); here it carries the
+    /// proof out as `Fixed` does, the "still Proving?" check included, but without `N_PINS`.
     NoNPins,
     /// peermem-rs just before commit 19a7cde (at d115ce6): the state machine of `Fixed`, its glue
     /// with `N_PINS` and its check around the pins and unpins of N, but acquire's persistent pin
-    /// (`PersistentPin::get`) made without `N_PINS`.
+    /// (`PersistentPin::get`) made without `N_PINS`. That glue had no `Op::ProveUnpinN` (the state
+    /// machine of its time asked for none); here it carries the proof out as `Fixed` does, the
+    /// "still Proving?" check included, but without `N_PINS`, as it made every persistent pin.
     UnlockedP,
+    /// The `Fixed` glue at commit b477f12 (the parent of the fix, 6c0a72f, that added
+    /// `Op::ProveUnpinN`; bfdb43e between them changed only the test stand-in): no proof; the
+    /// owner's 0 from put_pages of N taken as the unpin. Here: the `Fixed` glue, which answers
+    /// `Op::ProveUnpinN` with Ok at once, without any driver call.
+    TrustsUnpin,
 }
 
 /// Who deregisters the memory.
@@ -165,6 +209,17 @@ pub struct Config {
     /// (`CliNextThirdPartyP2PInfoWithPid`, `third_party_p2p.c:300-342`), finds persistent pins by
     /// their table's address too. Only with the reuse and a driver that unpins (`Config::all`).
     pub creator: bool,
+    /// The owner is an MPS client: the server owns the memory and the P2P object, whose pid list
+    /// holds the owner's pid (`REGISTER_PID`, 550.163.01 `third_party_p2p_ctrl.c:172-194`), and at
+    /// any moment, once, the owner leaves it (its RM client freed: cuCtxDestroy, /dev/nvidiactl
+    /// closed, an exit that closes it before the uverbs file; `CliUnregisterFromThirdPartyP2P`,
+    /// `CliDelThirdPartyP2PClientPid`, `third_party_p2p.c:1025-1085`, under the RM API lock)
+    /// without its pins going. From then on every lookup of the owner's fails: its put_pages
+    /// finds nothing and answers 0 (N stays armed, with our data), its get_pages and
+    /// get_pages_persistent fail (EINVAL). The free is the server's, and still calls N back.
+    /// Only for the invalidating flavour, deregistered by the owner, with a driver that unpins
+    /// and without the reuse (`Config::all`).
+    pub mps: bool,
 }
 
 impl fmt::Display for Config {
@@ -202,6 +257,12 @@ impl fmt::Display for Config {
                 ", the owner the creator of RM's internal P2P object (its put_pages searches the persistent pins)"
             )?;
         }
+        if self.mps {
+            write!(
+                f,
+                ", MPS (the server frees the memory; the owner may leave the server's P2P object at any moment, its pins staying)"
+            )?;
+        }
         Ok(())
     }
 }
@@ -210,7 +271,20 @@ impl Config {
     /// Every configuration of `client`: with the second registration and the reuse of table
     /// addresses for the invalidating flavour (the only one with an N), except for the client of
     /// 8adc715, whose glue is kept as it was checked; and with the reuse and a driver that unpins,
-    /// the owner the creator of RM's internal P2P object or not.
+    /// the owner the creator of RM's internal P2P object or not; and for the invalidating flavour
+    /// deregistered by the owner, with a driver that unpins and without the reuse, an MPS owner
+    /// that may leave the P2P object (`Config::mps`), except for the client of 8adc715 again.
+    ///
+    /// Where the MPS owner is left out: the persistent flavour has no N, and its only lookup of
+    /// the owner's is acquire's pin, whose failure is a refused registration as when the memory is
+    /// gone; a deregistration from a forked child or a kworker never unpins N (it abandons it
+    /// before any driver call) and so never asks for the proof, and the registering side is the
+    /// same as in the owner's configurations; a driver that refuses unpins answers the owner's
+    /// put_pages of N with -EIO before looking anything up, so no proof is asked there either; and
+    /// the reuse: the leave only takes lookups away from the owner (a put_pages that finds nothing
+    /// finds no reused address either), and the proof's persistent pin, with its table from the
+    /// same allocator, is already in every reuse configuration deregistered by the owner (each
+    /// put_pages of N that answers 0 is followed by it).
     pub fn all(client: Client) -> Vec<Config> {
         let mut v = Vec::new();
         for flavour in [Flavour::Persistent, Flavour::Invalidating] {
@@ -231,15 +305,27 @@ impl Config {
                                 if creator && (!reuse || unpin_fails) {
                                     continue;
                                 }
-                                v.push(Config {
-                                    client,
-                                    flavour,
-                                    legacy,
-                                    dereg,
-                                    unpin_fails,
-                                    reuse,
-                                    creator,
-                                });
+                                for mps in [false, true] {
+                                    if mps
+                                        && (flavour == Flavour::Persistent
+                                            || dereg != Dereg::Owner
+                                            || unpin_fails
+                                            || reuse
+                                            || client == Client::Before)
+                                    {
+                                        continue;
+                                    }
+                                    v.push(Config {
+                                        client,
+                                        flavour,
+                                        legacy,
+                                        dereg,
+                                        unpin_fails,
+                                        reuse,
+                                        creator,
+                                        mps,
+                                    });
+                                }
                             }
                         }
                     }
@@ -289,15 +375,17 @@ pub struct Pin {
 }
 
 /// A page table's address, told apart as far as a lookup by address and the allocator can tell.
-/// The allocator hands out the lowest free address. Only the first registration's tables are ever
-/// freed (the second registration keeps its pins; a table freed by a stale unpin is a bug, which
-/// ends the run), so only two addresses are ever handed out again: P's (`P`), and N's when N got a
-/// fresh one (`N`; with P's table already freed, N gets P's address). A fresh address is above
-/// every address used before, so P's is below N's: the lowest free address is P's if free, else
-/// N's if free, else a fresh one. The second registration's fresh addresses (`Other`) are never
-/// freed and no key names them, so their numbers play no part. (Numbering the addresses instead
-/// gives the same states up to these labels, only more of them: every order of allocation that
-/// changes nothing counts apart.)
+/// The allocator hands out the lowest free address. Only the first registration's tables (and the
+/// proof's) are ever freed (the second registration keeps its pins; a table freed by a stale unpin
+/// is a bug, which ends the run), so only two addresses a key may name are ever handed out again:
+/// P's (`P`), and N's when N got a fresh one (`N`; with P's table already freed, N gets P's
+/// address). A fresh address is above every address used before, so P's is below N's: the lowest
+/// free address is P's if free, else N's if free, else another. The second registration's fresh
+/// addresses, and the proof's (`Op::ProveUnpinN`) when it got a fresh one, are `Other`: no key
+/// names them (the proof's table is freed at once by the task that made it, and only N's key is
+/// ever looked up), so their numbers play no part. (Numbering the addresses instead gives the same
+/// states up to these labels, only more of them: every order of allocation that changes nothing
+/// counts apart.)
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Default)]
 pub enum Addr {
     /// A fresh address no key names and no freed table had.
@@ -335,6 +423,11 @@ pub enum DOp {
     Unmap(bool),
     /// A put_pages from a kworker that finds nothing: it only takes (and drops) the API lock.
     Barrier,
+    /// The proof's get_pages_persistent of the range's first GPU page (`Op::ProveUnpinN`): the
+    /// memory looked up through the caller's P2P objects; its table from the same allocator.
+    ProbePin,
+    /// The proof's put_pages_persistent of that pin (any task).
+    ProbeUnpin,
 }
 
 /// A frame of peermem-rs code.
@@ -354,6 +447,9 @@ pub enum Ours {
     PinN(u8),
     /// The glue's `Op::UnpinN` (`N_PINS`, then "still Unpinning?", for the fixed client).
     UnpinN(u8),
+    /// The glue's `Op::ProveUnpinN` ("still Proving?", then a persistent pin of the first page and
+    /// its unpin; `N_PINS` around it all for the fixed client).
+    ProveUnpinN(u8),
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -398,6 +494,8 @@ pub enum Frame {
     /// The second registration's acquire (its persistent pin) and `Op::PinN`, reduced to what
     /// touches N_PINS and the driver.
     SecondPin(u8),
+    /// The MPS owner's RM client freed: its pid leaves the server's P2P object (MPS only).
+    Leave,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -432,6 +530,10 @@ pub struct World {
     pub n2: Pin,
     /// The second registration's persistent pin (reuse configurations), on that allocation.
     pub p2: Pin,
+    /// The persistent pin of `Op::ProveUnpinN`, from its pin to its unpin.
+    pub probe: Pin,
+    /// MPS: the owner has left the server's P2P object; none of its lookups finds anything.
+    pub owner_left: bool,
     // MLNX host
     pub mapping_lock: Option<Tid>,
     pub xa: bool,
@@ -478,10 +580,14 @@ impl World {
                         cur: HostMr::Unmapped,
                     }),
                 ),
-                thread(OWNER, Some(Frame::Teardown(0))),
+                thread(
+                    if cfg.mps { SERVER } else { OWNER },
+                    Some(Frame::Teardown(0)),
+                ),
                 thread(KWORKER, Some(Frame::WorkItem(0))),
                 thread(RMMOD, Some(Frame::Rmmod(0))),
                 thread(OWNER, cfg.reuse.then_some(Frame::SecondPin(0))),
+                thread(OWNER, cfg.mps.then_some(Frame::Leave)),
             ],
             api_lock: None,
             allocated: true,
@@ -490,6 +596,8 @@ impl World {
             n_data: false,
             n2: Pin::default(),
             p2: Pin::default(),
+            probe: Pin::default(),
+            owner_left: false,
             mapping_lock: None,
             xa: false,
             mr: HostMr::Unmapped,
@@ -580,7 +688,7 @@ impl World {
     /// Pushes the client's entry point `e` on `tid`.
     fn call_client(&mut self, tid: Tid, e: Entry) {
         let frame = match self.cfg.client {
-            Client::Fixed | Client::NoNPins | Client::UnlockedP => match e {
+            Client::Fixed | Client::NoNPins | Client::UnlockedP | Client::TrustsUnpin => match e {
                 Entry::Acquire => Ours::Acquire(0),
                 Entry::Callback => Ours::Run {
                     actor: Actor::Callback,
@@ -616,9 +724,10 @@ impl World {
         self.push(tid, Frame::Driver { op, pc: 0 });
     }
 
-    /// Can thread `tid` make a step? (Without side effects: steps a copy.)
+    /// Can thread `tid` make a step? (Without side effects: steps a copy, unless `step` would
+    /// refuse it at once.)
     pub fn enabled(&self, tid: Tid) -> bool {
-        self.clone().step(tid).is_some()
+        self.bug.is_none() && !self.threads[tid].done && self.clone().step(tid).is_some()
     }
 
     pub fn deadlocked(&self) -> bool {
@@ -652,6 +761,9 @@ impl World {
         if self.p.tracked && !self.cfg.unpin_fails {
             return Some("the persistent pin P");
         }
+        if self.probe.tracked && !self.cfg.unpin_fails {
+            return Some("the proof's persistent pin");
+        }
         if self.p.mapped || self.n.mapped {
             return Some("a DMA mapping");
         }
@@ -661,7 +773,8 @@ impl World {
         if self.n_data {
             return Some("the driver's reference to the registration");
         }
-        if self.refs > 0 && !self.cfg.unpin_fails {
+        // The one reference of a registration kept for good is its own property (`kept_for_good`).
+        if self.refs > 0 && !self.cfg.unpin_fails && !(self.refs == 1 && self.kept_for_good()) {
             return Some("a reference to the registration");
         }
         if self.api_lock.is_some() || self.mapping_lock.is_some() || self.n_pins.is_some() {
@@ -674,6 +787,36 @@ impl World {
             return Some("a live memory key");
         }
         None
+    }
+
+    /// Every thread is done and the registration is still there, holding the reference the state
+    /// machine believes the driver has (as its callback's data), while the driver holds none: no
+    /// callback will ever come to let it go, so it and the module reference stay until reboot.
+    pub fn kept_for_good(&self) -> bool {
+        self.all_done()
+            && self.bug.is_none()
+            && self.refs > 0
+            && !self.n_data
+            && self
+                .state
+                .as_ref()
+                .is_some_and(|st| st.driver_holds_ref() && !st.callback_running())
+    }
+
+    /// Kept for good (`kept_for_good`) with N abandoned by the state machine: what
+    /// `Event::UnpinNUnproven` keeps when the owner's put_pages of N did find and unpin it (the
+    /// driver dropped our data; N abandoned with the driver holding it would have been called back
+    /// by the free, and torn down) and the proof's lookup then failed all the same, because the
+    /// memory was freed (or, MPS, the owner left) between the two calls: the state machine cannot
+    /// tell that from a put_pages that found nothing, and errs towards keeping (accepted:
+    /// docs/known-limits.md, "MPS"). The proof fails in the model only when the memory is freed or
+    /// the owner left, so this is that race and nothing else.
+    pub fn kept_after_late_proof(&self) -> bool {
+        self.kept_for_good()
+            && self
+                .state
+                .as_ref()
+                .is_some_and(|st| st.n_pin() == reg::NPin::Abandoned)
     }
 
     /// One atomic step of thread `tid`, or `None` if it is blocked (or done).
@@ -695,7 +838,9 @@ impl World {
             Frame::Ours(Ours::Before(f)) => before::step(&mut self, tid, f)?,
             Frame::Ours(Ours::PinN(pc)) => self.glue_pin_n(tid, pc)?,
             Frame::Ours(Ours::UnpinN(pc)) => self.glue_unpin_n(tid, pc)?,
+            Frame::Ours(Ours::ProveUnpinN(pc)) => self.glue_prove_unpin_n(tid, pc)?,
             Frame::SecondPin(pc) => self.second_pin(tid, pc)?,
+            Frame::Leave => self.leave(tid)?,
         }
         Some(self)
     }
@@ -990,7 +1135,7 @@ impl World {
     /// with neither free, a fresh one: `fresh` (P's or N's own label for the first registration's
     /// P and N, `Other` for the second registration's tables).
     fn free_slot(&self, fresh: Addr) -> Addr {
-        let tables = [&self.p, &self.n, &self.p2, &self.n2];
+        let tables = [&self.p, &self.n, &self.p2, &self.n2, &self.probe];
         let taken = |a: Addr| tables.iter().any(|t| t.table_alive && t.slot == a);
         // An address exists once a table got it: P's with P, N's with an N that got a fresh one.
         let exists = |a: Addr| tables.iter().any(|t| t.existed && t.slot == a);
@@ -1009,7 +1154,9 @@ impl World {
     }
 
     fn driver(&mut self, tid: Tid, op: DOp, pc: u8) -> Option<()> {
-        let owner = self.threads[tid].tgid == OWNER;
+        // The caller reaches the first allocation's P2P object (`RmP2PGetInfoWithoutToken`: the
+        // objects whose pid list holds the calling process): the owner, until it left (MPS).
+        let owner = self.threads[tid].tgid == OWNER && !self.owner_left;
         match (op, pc) {
             (DOp::PinP, _) => {
                 self.api_free_for(tid)?;
@@ -1062,13 +1209,20 @@ impl World {
             (DOp::PinN, _) => {
                 // Section #2: register the callback, unless the free dropped the pin meanwhile.
                 self.api_free_for(tid)?;
-                if self.n.tracked {
+                if !self.n.tracked {
+                    self.n.table_alive = false;
+                    self.ret(tid, Err(EINVAL));
+                } else if !owner {
+                    // MPS, the owner left between the sections: `RmP2PRegisterCallback` (token 0)
+                    // looks the memory up by the caller's pid and fails; nv-p2p.c's failure path
+                    // calls put_pages, which finds nothing either, and frees the table. RM keeps
+                    // the pin, with no callback: the free drops it silently.
+                    self.n.table_alive = false;
+                    self.ret(tid, Err(EINVAL));
+                } else {
                     self.n.armed = true;
                     self.n_data = true;
                     self.ret(tid, Ok(()));
-                } else {
-                    self.n.table_alive = false;
-                    self.ret(tid, Err(EINVAL));
                 }
             }
             (DOp::PinN2, 0) => {
@@ -1188,6 +1342,42 @@ impl World {
             (DOp::Barrier, _) => {
                 self.api_free_for(tid)?;
                 self.ret(tid, Ok(()));
+            }
+            (DOp::ProbePin, _) => {
+                // `RmP2PGetPagesPersistent`: the memory looked up through the caller's P2P objects
+                // (`RmP2PGetInfoWithoutToken`, as put_pages does), then pinned in RM's internal
+                // object; the table from the same allocator, at the lowest free address.
+                self.api_free_for(tid)?;
+                let r = if self.allocated && owner {
+                    self.probe = Pin {
+                        tracked: true,
+                        armed: false,
+                        table_alive: true,
+                        mapped: false,
+                        existed: true,
+                        slot: self.free_slot(Addr::Other),
+                    };
+                    Ok(())
+                } else {
+                    Err(EINVAL)
+                };
+                self.ret(tid, r);
+            }
+            (DOp::ProbeUnpin, _) => {
+                self.api_free_for(tid)?;
+                if !self.probe.table_alive {
+                    self.bug(Bug::DriverUseAfterFree(
+                        "put_pages_persistent on a freed page table",
+                    ));
+                }
+                let r = if self.cfg.unpin_fails {
+                    Err(EIO)
+                } else {
+                    self.probe.tracked = false;
+                    self.probe.table_alive = false;
+                    Ok(())
+                };
+                self.ret(tid, r);
             }
             (DOp::Unmap(p), _) => {
                 if !self.table(p).table_alive {
@@ -1367,6 +1557,14 @@ impl World {
                             self.push(tid, Frame::HostInvalidate(0));
                         }
                         Op::DriverBarrier => self.call_driver(tid, DOp::Barrier),
+                        Op::ProveUnpinN => {
+                            if self.cfg.client == Client::TrustsUnpin {
+                                // The glue of b477f12 had no proof: the owner's 0 was the unpin.
+                                self.threads[tid].ret = Some(Ok(()));
+                            } else {
+                                self.push(tid, Frame::Ours(Ours::ProveUnpinN(0)));
+                            }
+                        }
                     }
                 }
                 Step::DropDriverRef => self.drop_ref(),
@@ -1405,12 +1603,16 @@ impl World {
 impl World {
     /// Does the client's glue take `N_PINS` around its pins and unpins of N?
     fn models_n_pins(&self) -> bool {
-        matches!(self.cfg.client, Client::Fixed | Client::UnlockedP)
+        matches!(
+            self.cfg.client,
+            Client::Fixed | Client::UnlockedP | Client::TrustsUnpin
+        )
     }
 
-    /// Does the client's acquire take `N_PINS` around its persistent pin?
+    /// Does the client's acquire take `N_PINS` around its persistent pin (and the glue around the
+    /// proof's, `Op::ProveUnpinN`, where it makes one)?
     fn models_n_pins_around_p(&self) -> bool {
-        self.cfg.client == Client::Fixed
+        matches!(self.cfg.client, Client::Fixed | Client::TrustsUnpin)
     }
 
     /// Takes `N_PINS` for `tid` where the client's glue has it (`here`): `None` while another task
@@ -1492,6 +1694,61 @@ impl World {
                 self.ret(tid, r);
             }
         }
+        Some(())
+    }
+
+    /// The glue's `Op::ProveUnpinN` (src/client.rs): the fixed client takes `N_PINS` and, under the
+    /// registration lock, makes the proof only if N is still Proving (else a callback has claimed
+    /// N and our reference, and the state machine ignores the result: Ok, no driver call); the
+    /// proof is a persistent pin of the range's first GPU page (`PersistentPin::get`, one API-lock
+    /// step as acquire's) and its unpin at once (`put_pages_persistent`, whatever it answers: the
+    /// pin showed the process reaches its memory); `N_PINS` dropped; the pin's answer reported.
+    /// The clients of eb5e4f5 and d115ce6 make it the same way without `N_PINS`.
+    fn glue_prove_unpin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
+        match pc {
+            0 => {
+                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
+                self.our_code(true, "the proof of the unpin of N");
+                let proving =
+                    self.state.as_ref().expect("registration").n_pin() == reg::NPin::Proving;
+                if proving {
+                    self.set_pc(tid, Frame::Ours(Ours::ProveUnpinN(1)));
+                    self.call_driver(tid, DOp::ProbePin);
+                } else {
+                    self.leave_n_pins(tid);
+                    self.ret(tid, Ok(()));
+                }
+            }
+            1 => match self.take_ret(tid)? {
+                Err(e) => {
+                    self.our_code(true, "the proof of the unpin of N");
+                    self.leave_n_pins(tid);
+                    self.ret(tid, Err(e));
+                }
+                Ok(()) => {
+                    self.our_code(true, "the proof of the unpin of N");
+                    self.set_pc(tid, Frame::Ours(Ours::ProveUnpinN(2)));
+                    self.call_driver(tid, DOp::ProbeUnpin);
+                }
+            },
+            _ => {
+                self.returned(tid)?;
+                self.our_code(true, "the proof of the unpin of N");
+                self.leave_n_pins(tid);
+                self.ret(tid, Ok(()));
+            }
+        }
+        Some(())
+    }
+
+    /// MPS: the owner's RM client is freed (cuCtxDestroy, /dev/nvidiactl closed, an exit that
+    /// closes it first) and RM takes its pid out of the server's P2P object, under the API lock,
+    /// leaving its pins armed (`CliUnregisterFromThirdPartyP2P`, `CliDelThirdPartyP2PClientPid`,
+    /// 550.163.01 `third_party_p2p.c:1025-1085`).
+    fn leave(&mut self, tid: Tid) -> Option<()> {
+        self.api_free_for(tid)?;
+        self.owner_left = true;
+        self.ret(tid, Ok(()));
         Some(())
     }
 
@@ -1614,17 +1871,44 @@ impl Model for ProtocolModel {
             Property::always("nothing is left behind at the end", |_, s: &World| {
                 s.leak().is_none()
             }),
+            Property::always(
+                "no registration is kept for a callback the driver will never make, but after a proof too late",
+                |_, s: &World| !s.kept_for_good() || s.kept_after_late_proof(),
+            ),
             Property::sometimes("a registration completes", |_, s: &World| {
                 s.registered == Registered::Done
             }),
+            Property::sometimes(
+                KEPT_AFTER_LATE_PROOF,
+                |_, s: &World| s.kept_after_late_proof(),
+            ),
+            Property::sometimes(
+                UNPROVEN_ABANDONS_N,
+                |_, s: &World| {
+                    s.owner_left
+                        && s.n_data
+                        && s
+                            .state
+                            .as_ref()
+                            .is_some_and(|st| st.n_pin() == reg::NPin::Abandoned)
+                },
+            ),
         ]
     }
 }
 
+/// The accepted outcome of `World::kept_after_late_proof`, as a `sometimes` property.
+const KEPT_AFTER_LATE_PROOF: &str = "a registration is kept for good after the memory went (or the owner left) between put_pages of N and the proof";
+/// MPS, not vacuous: a `sometimes` property.
+const UNPROVEN_ABANDONS_N: &str =
+    "an unpin of N the owner could not prove leaves N armed for the callback";
+
 /// The NIC's key points at a DMA mapping that is alive.
 fn live_mapping(s: &World) -> bool {
     match s.cfg.client {
-        Client::Fixed | Client::NoNPins | Client::UnlockedP => s.p.mapped && s.p.table_alive,
+        Client::Fixed | Client::NoNPins | Client::UnlockedP | Client::TrustsUnpin => {
+            s.p.mapped && s.p.table_alive
+        }
         Client::Before => {
             if s.cfg.flavour == Flavour::Invalidating {
                 s.n.mapped && s.n.table_alive
@@ -1640,9 +1924,11 @@ pub fn describe(s: &World, tid: Tid) -> String {
     let who = match tid {
         T_REG => "registering task (owner)".to_string(),
         T_DEREG => format!("deregistering task ({:?})", s.cfg.dereg),
+        T_FREE if s.cfg.mps => "freeing task (MPS server: frees the memory)".to_string(),
         T_FREE => "freeing task (owner: cudaFree/exit)".to_string(),
         T_WORK => "peermem-rs work item".to_string(),
         T_RMMOD => "rmmod".to_string(),
+        T_LEAVE => "MPS owner's RM client freed".to_string(),
         _ => "second registration (owner, another allocation)".to_string(),
     };
     let what = match s.threads[tid].stack.last() {
@@ -1730,6 +2016,8 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     (DOp::Map(_), _) => "dma_map_pages: down() the pin's semaphore, link the mapping",
                     (DOp::Unmap(_), _) => "dma_unmap_pages: down() the pin's semaphore, unlink (no API lock)",
                     (DOp::Barrier, _) => "put_pages of a key that is no pin's, from a kworker (API lock only)",
+                    (DOp::ProbePin, _) => "get_pages_persistent of the first page (API lock; the memory looked up through the caller's P2P objects; table allocated, at the lowest free address)",
+                    (DOp::ProbeUnpin, _) => "put_pages_persistent of the proof's pin (API lock)",
                 }
             ),
             Frame::WorkItem(pc) => ["start the work item", "drop the work item's reference", "return to the workqueue core (module code)"]
@@ -1793,7 +2081,19 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     "peermem-rs put_pages: nvidia_p2p_put_pages returned{}",
                     if s.models_n_pins() { ", drop N_PINS" } else { "" }
                 ),
+                Ours::ProveUnpinN(0) => if s.models_n_pins_around_p() {
+                    "peermem-rs put_pages, proof: take N_PINS; lock: N still Proving? then call nvidia_p2p_get_pages_persistent of the first page"
+                } else {
+                    "peermem-rs put_pages, proof: lock: N still Proving? then call nvidia_p2p_get_pages_persistent of the first page"
+                }
+                .to_string(),
+                Ours::ProveUnpinN(1) => "peermem-rs put_pages, proof: get_pages_persistent returned; if it pinned, call nvidia_p2p_put_pages_persistent".to_string(),
+                Ours::ProveUnpinN(_) => format!(
+                    "peermem-rs put_pages, proof: put_pages_persistent returned{}",
+                    if s.models_n_pins_around_p() { ", drop N_PINS" } else { "" }
+                ),
             },
+            Frame::Leave => "RM takes the owner's pid out of the server's P2P object (API lock; its pins stay armed)".to_string(),
             Frame::SecondPin(pc) => match (pc, s.models_n_pins_around_p(), s.models_n_pins()) {
                 (0, true, _) => "peermem-rs acquire of its P: take N_PINS, call nvidia_p2p_get_pages_persistent",
                 (0, false, _) => "peermem-rs acquire of its P: call nvidia_p2p_get_pages_persistent",
@@ -1825,6 +2125,14 @@ pub struct Report {
     pub properties: Vec<(&'static str, Option<Trace>)>,
     /// A registration completed in some run (the model is not vacuous).
     pub registration_completes: bool,
+    /// MPS: in some run the owner left, its put_pages of N found nothing, the proof failed and N
+    /// was abandoned, still armed with our data, for the server's free to call back.
+    pub unproven_unpin_abandons_n: bool,
+    /// A run in which the registration is kept for good because the memory went (or the MPS owner
+    /// left) between its put_pages of N, which unpinned N, and the proof
+    /// (`World::kept_after_late_proof`): not a counterexample, the price of the proof
+    /// (docs/known-limits.md, "MPS").
+    pub kept_after_late_proof: Option<Trace>,
 }
 
 impl Report {
@@ -1854,13 +2162,11 @@ pub fn check(cfg: Config) -> Report {
         unique_states: checker.unique_state_count(),
         properties: Vec::new(),
         registration_completes: false,
+        unproven_unpin_abandons_n: false,
+        kept_after_late_proof: None,
     };
     for p in properties {
         let found = checker.discovery(p.name);
-        if p.expectation == Expectation::Sometimes {
-            report.registration_completes = found.is_some();
-            continue;
-        }
         let trace = found.map(|path| {
             let states = path.clone().into_states();
             let actions = path.into_actions();
@@ -1875,9 +2181,24 @@ pub fn check(cfg: Config) -> Report {
                     .bug
                     .map(|b| format!("{b:?}"))
                     .or_else(|| last.leak().map(|l| format!("left behind: {l}")))
+                    .or_else(|| {
+                        last.kept_for_good().then(|| {
+                            "kept for good: the registration and the module reference, for a \
+                             callback the driver will never make (it holds no pin of ours)"
+                                .to_string()
+                        })
+                    })
                     .unwrap_or_else(|| "no thread can move: deadlock".into()),
             }
         });
+        if p.expectation == Expectation::Sometimes {
+            match p.name {
+                KEPT_AFTER_LATE_PROOF => report.kept_after_late_proof = trace,
+                UNPROVEN_ABANDONS_N => report.unproven_unpin_abandons_n = trace.is_some(),
+                _ => report.registration_completes = trace.is_some(),
+            }
+            continue;
+        }
         report.properties.push((p.name, trace));
     }
     report

@@ -7,9 +7,31 @@
 //! client just before commit 8071b8f (no `N_PINS`) does not either, and its counterexample is the
 //! stale unpin that `make stress` found; nor does the client that makes acquire's persistent pin
 //! without `N_PINS` (d115ce6, before 19a7cde) when the owner created RM's internal P2P object: a
-//! stale unpin then frees the second registration's persistent pin.
+//! stale unpin then frees the second registration's persistent pin. Nor does the client that takes
+//! the owner's 0 from put_pages of N as the unpin (b477f12, before the proof): when an MPS owner
+//! has left the server's P2P object, that 0 unpinned nothing, and the server's free calls back a
+//! registration that is gone (the KASAN report in `free_callback`). The fixed client makes the
+//! proof, and pays for it in one race, on purpose (docs/known-limits.md, "MPS"): when the memory
+//! goes (or the MPS owner leaves) between its put_pages of N, which did unpin N, and the proof's
+//! lookup, it keeps the registration for good; the model checks that it keeps one in that race
+//! only.
 
-use protocol_model::{check, Client, Config, Dereg, Flavour, Report};
+use std::sync::OnceLock;
+
+use protocol_model::{check, Client, Config, Dereg, Flavour, Report, Trace};
+
+/// The index of the first step at or after `from` that contains `what`.
+fn at(t: &Trace, from: usize, what: &str) -> usize {
+    from + t.steps[from..]
+        .iter()
+        .position(|s| s.contains(what))
+        .unwrap_or_else(|| {
+            panic!(
+                "no step {what:?} after step {from}:\n{}",
+                t.steps.join("\n")
+            )
+        })
+}
 
 /// Checks every configuration, as many at once as there are CPUs (each check is one thread and
 /// the same as alone): the results in the order given.
@@ -34,6 +56,12 @@ fn check_all(configs: &[Config]) -> Vec<(Config, Report)> {
     done.into_iter().map(|(_, c, r)| (c, r)).collect()
 }
 
+/// Every configuration of the fixed client, checked once for the tests that read them.
+fn fixed() -> &'static [(Config, Report)] {
+    static FIXED: OnceLock<Vec<(Config, Report)>> = OnceLock::new();
+    FIXED.get_or_init(|| check_all(&Config::all(Client::Fixed)))
+}
+
 #[test]
 fn the_fixed_client_satisfies_every_property_in_every_configuration() {
     let mut states = 0;
@@ -46,7 +74,11 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
         configs.iter().any(|c| c.creator && c.dereg == Dereg::Owner),
         "put_pages searching the persistent pins (the owner created RM's object) is checked"
     );
-    for (cfg, r) in check_all(&configs) {
+    assert!(
+        configs.iter().filter(|c| c.mps).count() == 2,
+        "the MPS owner leaving the P2P object is checked, ex and legacy host"
+    );
+    for (cfg, r) in fixed() {
         states += r.unique_states;
         for (property, trace) in &r.properties {
             if let Some(t) = trace {
@@ -57,14 +89,60 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
                 );
             }
         }
-        // Not vacuous: the registration really completes in some interleaving.
+        // Not vacuous: the registration really completes in some interleaving; and with MPS, the
+        // owner's put_pages of N finds nothing after it left, the proof fails, and N is left armed
+        // for the server's free to call back (which every property above then checks).
         assert!(
             r.registration_completes,
             "{cfg}: no registration ever completes"
         );
+        assert_eq!(
+            r.unproven_unpin_abandons_n, cfg.mps,
+            "{cfg}: an unproven unpin abandons N"
+        );
     }
     println!("{states} unique states explored");
     assert!(states > 100_000, "the model shrank: {states} states");
+}
+
+#[test]
+fn a_proof_too_late_keeps_the_registration_for_good_and_nothing_else_does() {
+    // The price of the proof (docs/known-limits.md, "MPS"): the owner's put_pages of N found N
+    // and unpinned it (the driver drops our data, no callback will come), then the memory is
+    // freed (cudaFree from another thread; MPS: the server) or the MPS owner leaves the P2P
+    // object, before the proof's get_pages_persistent looks the memory up, which fails. The state
+    // machine cannot tell that from a put_pages that found nothing (the owner gone before it),
+    // where the callback does come, and keeps the registration and the module reference for it:
+    // until reboot. No counterexample (the property "no registration is kept for a callback the
+    // driver will never make, but after a proof too late" holds, above), but reached wherever the
+    // owner's put_pages of N answers 0, i.e. deregistered by the owner with a driver that unpins.
+    for (cfg, r) in fixed() {
+        let expected =
+            cfg.flavour == Flavour::Invalidating && cfg.dereg == Dereg::Owner && !cfg.unpin_fails;
+        let t = r.kept_after_late_proof.as_ref();
+        assert_eq!(t.is_some(), expected, "{cfg}");
+        let Some(t) = t else { continue };
+        assert!(t.end.starts_with("kept for good"), "{cfg}: {}", t.end);
+        let unpin = at(
+            t,
+            0,
+            "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up",
+        );
+        let lookup = at(
+            t,
+            unpin,
+            "deregistering task (Owner): NVIDIA get_pages_persistent of the first page",
+        );
+        let gone = t.steps[unpin..lookup].iter().any(|s| {
+            s.contains("NVIDIA free path step 0 (take API lock)")
+                || s.contains("RM takes the owner's pid out of the server's P2P object")
+        });
+        assert!(
+            gone,
+            "{cfg}: neither the free nor the leave between the unpin and the proof:\n{}",
+            t.steps.join("\n")
+        );
+    }
 }
 
 fn before(flavour: Flavour, dereg: Dereg) -> Report {
@@ -76,6 +154,7 @@ fn before(flavour: Flavour, dereg: Dereg) -> Report {
         unpin_fails: false,
         reuse: false,
         creator: false,
+        mps: false,
     })
 }
 
@@ -140,6 +219,7 @@ fn no_n_pins(legacy: bool, reuse: bool) -> Report {
         unpin_fails: false,
         reuse,
         creator: false,
+        mps: false,
     })
 }
 
@@ -156,34 +236,28 @@ fn stale_unpin_the_client_without_n_pins_unpins_another_registrations_pin_at_a_r
         // its key; (2) the teardown calls the callback, which takes N over, and frees N's table;
         // (3) the second registration pins, its table at the freed address; (4) the deregistration's
         // put_pages, the last step, finds that pin by the address and unpins it.
-        let at = |from: usize, what: &str| {
-            from + t.steps[from..]
-                .iter()
-                .position(|s| s.contains(what))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "no step {what:?} after step {from} (legacy: {legacy}):\n{}",
-                        t.steps.join("\n")
-                    )
-                })
-        };
         let reads_key = at(
+            t,
             0,
             "deregistering task (Owner): peermem-rs put_pages: lock: read N's key",
         );
         let callback = at(
+            t,
             reads_key,
             "freeing task (owner: cudaFree/exit): peermem-rs free callback: begin",
         );
         let freed = at(
+            t,
             callback,
             "freeing task (owner: cudaFree/exit): NVIDIA free path step 2 (callback returned: free table",
         );
         let pinned = at(
+            t,
             freed,
             "second registration (owner, another allocation): NVIDIA get_pages: API-lock section #1",
         );
         let stale = at(
+            t,
             pinned,
             "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up",
         );
@@ -222,6 +296,7 @@ fn unlocked_p(legacy: bool, creator: bool) -> Report {
         unpin_fails: false,
         reuse: true,
         creator,
+        mps: false,
     })
 }
 
@@ -242,34 +317,28 @@ fn stale_unpin_without_n_pins_around_acquires_pin_frees_the_second_registrations
         // teardown calls the callback and frees N's table; (3) the second registration's acquire,
         // not held off by N_PINS, gets its persistent table at that address; (4) the
         // deregistration's put_pages, the last step, finds it among RM's persistent pins.
-        let at = |from: usize, what: &str| {
-            from + t.steps[from..]
-                .iter()
-                .position(|s| s.contains(what))
-                .unwrap_or_else(|| {
-                    panic!(
-                        "no step {what:?} after step {from} (legacy: {legacy}):\n{}",
-                        t.steps.join("\n")
-                    )
-                })
-        };
         let checks = at(
+            t,
             0,
             "deregistering task (Owner): peermem-rs put_pages: take N_PINS; lock: N still Unpinning?",
         );
         let callback = at(
+            t,
             checks,
             "freeing task (owner: cudaFree/exit): peermem-rs free callback: begin",
         );
         let freed = at(
+            t,
             callback,
             "freeing task (owner: cudaFree/exit): NVIDIA free path step 2 (callback returned: free table",
         );
         let pinned = at(
+            t,
             freed,
             "second registration (owner, another allocation): NVIDIA get_pages_persistent",
         );
         let stale = at(
+            t,
             pinned,
             "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up among the caller's pins, persistent ones",
         );
@@ -283,5 +352,92 @@ fn stale_unpin_without_n_pins_around_acquires_pin_frees_the_second_registrations
         // When the owner did not create RM's object, its put_pages cannot find a persistent pin:
         // the same client passes.
         assert!(unlocked_p(legacy, false).all_hold(), "legacy: {legacy}");
+    }
+}
+
+/// The client of b477f12 (the fixed glue before the proof: the owner's 0 from put_pages of N taken
+/// as the unpin), invalidating, deregistered by the owner, an MPS owner that may leave the
+/// server's P2P object.
+fn trusts_unpin(legacy: bool) -> Report {
+    check(Config {
+        client: Client::TrustsUnpin,
+        flavour: Flavour::Invalidating,
+        legacy,
+        dereg: Dereg::Owner,
+        unpin_fails: false,
+        reuse: false,
+        creator: false,
+        mps: true,
+    })
+}
+
+#[test]
+fn mps_the_client_that_trusts_the_owners_unpin_frees_a_registration_the_server_still_calls_back() {
+    for legacy in [false, true] {
+        let r = trusts_unpin(legacy);
+        let t = r
+            .counterexample("no registration is used after its last reference went")
+            .unwrap_or_else(|| panic!("no use after free (legacy: {legacy})"));
+        assert!(t.end.contains("RegistrationUseAfterFree"), "{}", t.end);
+        // (1) the owner leaves the server's P2P object (its RM client freed); (2) its put_pages
+        // of N finds nothing and answers 0, which the client takes as the unpin: it drops the
+        // driver's reference, and release the host's, the last; (3) the server frees the memory
+        // and the driver calls N's callback, with the registration that is gone, as data: the
+        // last step.
+        let left = at(
+            t,
+            0,
+            "MPS owner's RM client freed: RM takes the owner's pid out of the server's P2P object",
+        );
+        let unpin = at(
+            t,
+            left,
+            "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up",
+        );
+        let release = at(
+            t,
+            unpin,
+            "deregistering task (Owner): peermem-rs release: drop the host's reference",
+        );
+        let callback = at(
+            t,
+            release,
+            "freeing task (MPS server: frees the memory): peermem-rs free callback: begin",
+        );
+        assert_eq!(callback, t.steps.len() - 1, "{}", t.steps.join("\n"));
+        assert!(
+            !t.steps
+                .iter()
+                .any(|s| s.contains("get_pages_persistent of the first page")),
+            "no proof"
+        );
+        // The callback may also return into a module rmmod freed meanwhile (no reference held it).
+        assert!(
+            r.counterexample("no module code runs after rmmod")
+                .is_some(),
+            "legacy: {legacy}"
+        );
+        for (property, trace) in &r.properties {
+            assert!(
+                property.starts_with("no registration is used after")
+                    || property.starts_with("no module code runs after")
+                    || trace.is_none(),
+                "{property} fails too (legacy: {legacy})"
+            );
+        }
+    }
+}
+
+#[test]
+fn without_mps_the_owners_unpin_could_be_trusted() {
+    // The owner's 0 unpinned N whenever the owner could not leave the P2P object: the same client
+    // passes every configuration of one registration without MPS (and keeps nothing for good:
+    // it makes no proof that could come too late).
+    for cfg in Config::all(Client::TrustsUnpin) {
+        if !cfg.reuse && !cfg.mps {
+            let r = check(cfg);
+            assert!(r.all_hold(), "{cfg}");
+            assert!(r.kept_after_late_proof.is_none(), "{cfg}");
+        }
     }
 }
