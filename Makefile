@@ -83,7 +83,7 @@ STANDIN_SYMVERS = $(foreach s,$(STANDINS),$(wildcard $(REPO)/tests/standins/$(s)
 KBUILD_EXTRA_SYMBOLS ?= $(STANDIN_SYMVERS)
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(NVIDIA_SRC) PEER_MEM_INC=$(PEER_MEM_INC) \
 	$(if $(KBUILD_EXTRA_SYMBOLS),KBUILD_EXTRA_SYMBOLS="$(KBUILD_EXTRA_SYMBOLS)") $(if $(CLIPPY),CLIPPY=1) \
-	$(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
+	$(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1) $(if $(PEERMEM_OFED_RELEASE),PEERMEM_OFED_RELEASE=$(PEERMEM_OFED_RELEASE))
 else
 # A real kernel. When its headers lack the Rust metadata (Debian's), packaging/rust-metadata.sh
 # regenerates it from the distribution's source package, verifies it against the kernel's
@@ -100,7 +100,8 @@ include $(PEERMEM_CONFIG)
 KMAKE = $(MAKE) -C $(PEERMEM_KDIR) LLVM=$(PEERMEM_LLVM) RUSTC=$(PEERMEM_RUSTC) BINDGEN=$(PEERMEM_BINDGEN)
 MODULE_ARGS = M=$(REPO) NVIDIA_SRC=$(PEERMEM_NVIDIA_SRC) PEER_MEM_INC=$(PEERMEM_PEER_MEM_INC) \
 	KBUILD_EXTRA_SYMBOLS="$(PEERMEM_EXTRA_SYMBOLS)" $(if $(PEERMEM_MODPOST_WARN),KBUILD_MODPOST_WARN=1) \
-	$(if $(CLIPPY),CLIPPY=1) $(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1)
+	$(if $(CLIPPY),CLIPPY=1) $(if $(filter 1,$(DROPIN)),PEERMEM_DROPIN=1) \
+	$(if $(PEERMEM_OFED_RELEASE),PEERMEM_OFED_RELEASE=$(PEERMEM_OFED_RELEASE))
 endif
 endif
 

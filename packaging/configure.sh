@@ -18,7 +18,9 @@
 #   - the peer-memory host: MLNX_OFED / DOCA-OFED's include/rdma/peer_mem.h and the Module.symvers
 #     beside it (/usr/src/ofa_kernel/..., DOCA-OFED's /usr/src/ofa_kernel-dkms/<arch>/<kernel>,
 #     /var/lib/dkms/mlnx-ofed-kernel/*/build or mlnx-ofa_kernel/*/build), or an Ubuntu
-#     kernel with the peer-memory patches.
+#     kernel with the peer-memory patches; and the OFED release, which decides whether the build
+#     may run the invalidating flavour (before 25.04 it may not; PEERMEM_OFED_RELEASE=YY.MM names it
+#     where the tree does not).
 #
 # Overrides (environment or make command line): NVIDIA_SRC, NVIDIA_SYMVERS, PEER_MEM_INC,
 # PEER_MEM_SYMVERS, RUSTC, BINDGEN, LLVM. The trees searched (dkms.conf passes dkms's own):
@@ -514,6 +516,43 @@ fi
 esac
 say "peer memory: $pm_what, rdma/peer_mem.h in $pm_inc${pm_symvers:+; symbols from $pm_symvers}"
 
+# The OFED release (YY.MM). ofed_release INCLUDE_DIR: that of the MLNX_OFED/DOCA-OFED tree the
+# directory belongs to. Its ofed_scripts/generate_dkms_conf.sh (copied with include/ into
+# /usr/src/ofa_kernel*, and part of the DKMS build tree) carries the release as its
+# PACKAGE_VERSION default; a DKMS build directory's version names it too.
+ofed_release() {
+    local d v
+    d=$(dirname "$1")
+    v=$(sed -n 's/^PACKAGE_VERSION=${PACKAGE_VERSION:-"\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' \
+        "$d/ofed_scripts/generate_dkms_conf.sh" 2>/dev/null | head -n1)
+    if [ -z "$v" ]; then
+        case $d in
+            */mlnx-ofed-kernel/*/build|*/mlnx-ofa_kernel/*/build)
+                v=$(basename "$(dirname "$d")" | sed -n 's/^\([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p') ;;
+        esac
+    fi
+    echo "$v"
+}
+ofed_rel=${PEERMEM_OFED_RELEASE:-}
+if [ -n "$ofed_rel" ]; then
+    printf '%s' "$ofed_rel" | grep -Eqx '[0-9]+\.[0-9]+' ||
+        refuse "PEERMEM_OFED_RELEASE=$ofed_rel is not a release like 25.04"
+elif [ "$pm_what" != "kernel $KREL (in-tree peer memory)" ]; then
+    ofed_rel=$(ofed_release "$pm_inc")
+fi
+# Up to 25.01 the host hangs tearing down an invalidating MR whose registration failed after
+# mapping (Kbuild says where): such a build refuses persistent_api_support=0 at load.
+if [ -n "$ofed_rel" ] && [ "$(printf '%s\n25.04\n' "$ofed_rel" | sort -V | head -n1)" != 25.04 ]; then
+    warn "MLNX_OFED/DOCA-OFED $ofed_rel is before 25.04: its peer-memory host hangs tearing down an"
+    warn "invalidating memory registration that failed, so this build refuses persistent_api_support=0"
+    warn "(the default, persistent_api_support=1, is not affected). Upgrade to 25.04 or later for it."
+elif [ -n "$ofed_rel" ]; then
+    say "OFED release: $ofed_rel"
+elif [ "$pm_what" = "MLNX_OFED/DOCA-OFED" ]; then
+    warn "the MLNX_OFED/DOCA-OFED release was not found beside $pm_inc: persistent_api_support=0 is"
+    warn "allowed, and needs 25.04 or later (set PEERMEM_OFED_RELEASE=YY.MM to have it checked)"
+fi
+
 # --- the result ------------------------------------------------------------------------------------
 
 result() {
@@ -528,6 +567,7 @@ PEERMEM_NVIDIA_SRC := $nv_hdr
 PEERMEM_PEER_MEM_INC := $pm_inc
 PEERMEM_EXTRA_SYMBOLS := $nv_symvers${pm_symvers:+ $pm_symvers}
 PEERMEM_MODPOST_WARN := $modpost_warn
+PEERMEM_OFED_RELEASE := $ofed_rel
 EOF
 }
 if [ -n "$OUT" ]; then

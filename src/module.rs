@@ -111,6 +111,19 @@ fn params() -> Result<Params> {
         );
         return Err(EINVAL);
     }
+    if !persistent_only && cfg!(peermem_ofed_stop_notifier_deadlock) {
+        // The host tears down an invalidating MR whose registration failed after mapping by taking
+        // its mapping lock a second time, and hangs there; a later free of that memory then hangs
+        // in our callback's invalidation, holding the NVIDIA driver's lock (Kbuild).
+        pr_err!(
+            "persistent_api_support=0 refused: this build is for an MLNX_OFED/DOCA-OFED before \
+             25.04, whose peer-memory host hangs tearing down an invalidating memory registration \
+             that failed, and then every GPU process on the node with it; use \
+             persistent_api_support=1 (the default), or upgrade MLNX_OFED/DOCA-OFED to 25.04 or \
+             later and rebuild peermem-rs\n"
+        );
+        return Err(EINVAL);
+    }
     let legacy_peerdirect = match raw.peerdirect_support {
         0 => false,
         1 => true,

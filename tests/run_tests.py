@@ -116,6 +116,11 @@ def build(kdir):
     shutil.rmtree(PAYLOAD, ignore_errors=True)
     (PAYLOAD / "modules").mkdir(parents=True)
     log("building the stand-ins and peermem_rs.ko")
+    # First a build for an MLNX_OFED before 25.04 (module_load.sh: it refuses the invalidating
+    # flavour), then the one every other test loads, so that the tree is left with that one.
+    run(["make", "-s", "-C", str(REPO), "module", "PEERMEM_OFED_RELEASE=24.10"])
+    (PAYLOAD / "modules" / "ofed-24.10").mkdir()
+    shutil.copy2(REPO / "peermem_rs.ko", PAYLOAD / "modules" / "ofed-24.10")
     run(["make", "-s", "-C", str(REPO), "module"])
     shutil.copy2(REPO / "peermem_rs.ko", PAYLOAD / "modules")
     # The drop-in build, module nvidia_peermem: beside NVIDIA's nvidia-peermem.ko (the reference,

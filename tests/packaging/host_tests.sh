@@ -158,7 +158,8 @@ check "configure: finds MLNX_OFED in /usr/src/ofa_kernel/x86_64/<kernel>, the NV
         expect $N PEER_MEM_INC $N/usr/src/ofa_kernel/x86_64/$KREL/include &&
         expect $N NVIDIA_SRC $N/usr/src/nvidia-$NV_VERSION/nvidia &&
         expect $N EXTRA_SYMBOLS '$N/out/nvidia.symvers $N/usr/src/ofa_kernel/x86_64/$KREL/Module.symvers' &&
-        expect $N LLVM -19 && expect $N RUSTC /usr/bin/rustc && expect $N KERNELRELEASE $KREL"
+        expect $N LLVM -19 && expect $N RUSTC /usr/bin/rustc && expect $N KERNELRELEASE $KREL &&
+        expect $N OFED_RELEASE ''"
 check "configure: nvidia.ko's symbols, read from the installed module, are those of its Module.symvers" \
     diff <(cut -f1,2,4 "$N/out/nvidia.symvers" | sort) <(cut -f1,2,4 "$STANDINS/nvidia_p2p/Module.symvers" | sort)
 
@@ -194,6 +195,24 @@ ln -s "25.04/$KREL/x86_64" "$N/var/lib/dkms/mlnx-ofed-kernel/kernel-$KREL-x86_64
 check "configure: finds mlnx-ofed-kernel's DKMS build tree, the version installed for this kernel" \
     bash -c "$(declare -f configure cfg expect); configure $N &&
         expect $N PEER_MEM_INC $N/var/lib/dkms/mlnx-ofed-kernel/25.04/build/include"
+check "configure: the OFED release from the DKMS build's version (25.04: the invalidating flavour allowed)" \
+    bash -c "$(declare -f cfg expect); expect $N OFED_RELEASE 25.04"
+
+# The OFED release read from the tree's ofed_scripts/generate_dkms_conf.sh, as MLNX_OFED copies it
+# into /usr/src/ofa_kernel: before 25.04 the build refuses persistent_api_support=0, and says so.
+N=$T/n4o
+node "$N"
+nvidia_src "$N"
+dkms_nvidia "$N"
+ofed "$N/usr/src/ofa_kernel/x86_64/$KREL"
+mkdir -p "$N/usr/src/ofa_kernel/x86_64/$KREL/ofed_scripts"
+echo 'PACKAGE_VERSION=${PACKAGE_VERSION:-"24.10"}' > "$N/usr/src/ofa_kernel/x86_64/$KREL/ofed_scripts/generate_dkms_conf.sh"
+check "configure: the OFED release from ofed_scripts (24.10), and a warning that the build refuses persistent_api_support=0" \
+    bash -c "$(declare -f configure cfg expect has); configure $N 2> $N/out/err &&
+        expect $N OFED_RELEASE 24.10 && has $N/out/err 'refuses persistent_api_support=0'"
+check "configure: PEERMEM_OFED_RELEASE names the release where the tree does not, and must be one" \
+    bash -c "$(declare -f configure cfg expect); PEERMEM_OFED_RELEASE=25.10 configure $N && expect $N OFED_RELEASE 25.10 &&
+        ! PEERMEM_OFED_RELEASE=latest configure $N 2>/dev/null"
 
 # The same from the RPM packages, whose DKMS module is mlnx-ofa_kernel.
 N=$T/n4r

@@ -18,7 +18,7 @@ ktap_print_header
 for f in "$ko" "$dropin" "$nvidia"; do
 	[ -f "$f" ] || ktap_exit_fail_msg "no $f"
 done
-ktap_set_plan 31
+ktap_set_plan 34
 unload_all
 
 mark="peermem-selftest: module_load $$"
@@ -55,6 +55,18 @@ check "rmmod peermem_rs" rmmod peermem_rs
 insmod "$ko" persistent_api_support=0
 check "persistent_api_support=0: nv_mem and nv_mem_nc" host_has_clients nv_mem nv_mem_nc
 rmmod peermem_rs
+
+# A build for an MLNX_OFED/DOCA-OFED before 25.04 (PEERMEM_OFED_RELEASE=24.10; packaging/configure.sh
+# reads it from the OFED tree): that host hangs tearing down an invalidating MR whose registration
+# failed, so the build refuses the invalidating flavour at load, and says why; the default loads.
+old_ofed=$PEERMEM_MODULES/ofed-24.10/peermem_rs.ko
+kmsg_mark "$mark ofed-24.10"
+check "built for OFED 24.10: persistent_api_support=0 refused" \
+	sh -c "! insmod $old_ofed persistent_api_support=0 2>/dev/null && ! grep -q '^peermem_rs ' /proc/modules"
+check "... and the kernel log says why and what to do" \
+	kmsg_since "$mark ofed-24.10" "persistent_api_support=0 refused: this build is for an MLNX_OFED/DOCA-OFED before 25.04"
+check "built for OFED 24.10: the default (persistent_api_support=1) loads" \
+	sh -c "insmod $old_ofed && rmmod peermem_rs"
 
 # The drop-in: the same module, named nvidia_peermem.
 kmsg_mark "$mark dropin"

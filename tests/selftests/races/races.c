@@ -361,6 +361,8 @@ FIXTURE_TEARDOWN(race)
 	write_text("/sys/kernel/debug/" NV "/recycle_into_persistent", "0");
 	write_text("/sys/module/" NV "/parameters/internal_object_pid", "0");
 	write_text("/sys/module/" NV "/parameters/mps_departed_tgid", "0");
+	write_text("/sys/module/" HOST "/parameters/stop_notifier_before_25_04", "0");
+	write_text("/sys/module/" HOST "/parameters/fail_mkey", "0");
 	if (self->pmh >= 0)
 		close(self->pmh);
 	/* The allocation, unless the test freed it (its mapping would keep it alive). */
@@ -834,7 +836,7 @@ TEST_F(race, device_removal_deregisters_then_the_owner_frees)
 	foreign_dereg_then_free(_metadata, self, DEVICE_REMOVAL, 0);
 }
 
-/* MPS: the client process leaves the server's P2P object (its RM client is freed: cuCtxDestroy, its
+/* MPS: the client process leaves the server's P2P object (its RM client is freed: its
  * close of /dev/nvidiactl, or an exit that closes that file before the uverbs one), then
  * deregisters, then the server frees the memory. The client's put_pages finds no pin any more and
  * answers 0 while the pin stays armed (RM took only the pid out of the object's list), so a client
@@ -871,6 +873,26 @@ TEST_F(race, mps_client_leaves_then_deregisters_then_the_server_frees)
 		EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
 		EXPECT_LT(0, client_stat("late_callbacks"));
 	}
+}
+
+/* MLNX_OFED/DOCA-OFED up to 25.01 (the host stand-in's stop_notifier_before_25_04): a memory key
+ * that fails tears the MR down before its notifier was activated, and the host's stop takes the
+ * MR's mapping lock, which the registration still holds, a second time (peer_mem.c:337 at
+ * c89c74ee): with an invalidating client the registering task hangs on itself, and the free that
+ * follows hangs the driver's teardown in the client's invalidation, API lock held. With a client
+ * that does not invalidate the host unlocks a lock it never took (silent without mutex
+ * debugging). peermem-rs built for such a host refuses the invalidating flavour at load
+ * (module_load.sh); this window shows why. It hangs its boot by design, so only
+ * `windows.py --old-host` runs it (RACE_OLD_HOST=1). */
+TEST_F(race, old_host_tears_down_a_registration_whose_memory_key_failed)
+{
+	if (!getenv("RACE_OLD_HOST"))
+		SKIP(return, "not applicable in make check: the host of MLNX_OFED before 25.04 deadlocks here by design (windows.py --old-host runs it)");
+	ASSERT_EQ(0, write_text("/sys/module/" HOST "/parameters/stop_notifier_before_25_04", "1"));
+	ASSERT_EQ(0, write_text("/sys/module/" HOST "/parameters/fail_mkey", "1"));
+	EXPECT_EQ(-ENOMEM, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, NULL));
+	/* The memory is freed: the driver calls back every pin of it. */
+	EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
 }
 
 /* As above, with rmmod tried in between: refused while the driver holds our callback. The

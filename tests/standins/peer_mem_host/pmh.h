@@ -55,6 +55,8 @@ struct pmh_counters {
 };
 extern struct pmh_counters pmh_counters;
 extern bool pmh_nonpci_dma_device;
+extern bool pmh_stop_notifier_before_25_04;
+extern bool pmh_fail_mkey;
 struct device *pmh_nonpci_device(void);
 
 /* One registration of a peer-memory client (the reg_handle clients get). */

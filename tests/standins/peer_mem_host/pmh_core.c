@@ -759,12 +759,20 @@ static void pmh_stop_invalidation_notifier(struct pmh_mr *mr)
 	if (mr->notifier_active) {
 		mutex_lock(&mr->mapping_lock);
 		mr->notifier_active = false;
-	} else if (mr->xa_id == PMH_NO_INVALIDATION_ID) {
+	} else if (READ_ONCE(pmh_stop_notifier_before_25_04) ?
+		   mr->xa_id != PMH_NO_INVALIDATION_ID : mr->xa_id == PMH_NO_INVALIDATION_ID) {
+		/*
+		 * Up to 25.01 (stop_notifier_before_25_04) this is where an invalidating MR that was
+		 * never activated, whose registration still holds the lock, takes it again: the task
+		 * deadlocks on itself, and every later invalidation of the MR (looked up by its id,
+		 * which stays) waits for the lock with it.
+		 */
 		mutex_lock(&mr->mapping_lock);
-	} else {
+	} else if (!READ_ONCE(pmh_stop_notifier_before_25_04)) {
 		/* Never activated: the registration still holds the lock. */
 		lockdep_assert_held(&mr->mapping_lock);
 	}
+	/* (Up to 25.01 a non-invalidating MR gets here without the lock, and it is unlocked anyway.) */
 
 	if (!unmap_on_invalidate) {
 		pmh_unmap_peer_client(c, mr, mr->state, PMH_STATE_UNMAPPED);
@@ -873,7 +881,7 @@ struct pmh_mr *pmh_mr_register(unsigned long addr, size_t length, u32 flags)
 		goto err_pinned;
 	/* mlx5's reg_user_mr: create the memory key (the lock is still held if it invalidates). */
 	mr->sg_head_offset = pmh_trim_sgl ? addr & ~PAGE_MASK : addr & (mr->page_size - 1);
-	ret = pmh_check_peer_sgl(mr);
+	ret = xchg(&pmh_fail_mkey, false) ? -ENOMEM : pmh_check_peer_sgl(mr);
 	if (ret) {
 		/* create_real_mr's error path (mr.c:1559-1563): stop, then release. */
 		pmh_peer_teardown(mr);

@@ -57,6 +57,25 @@ module_param_named(nonpci_dma_device, pmh_nonpci_dma_device, bool, 0644);
 MODULE_PARM_DESC(nonpci_dma_device,
 		 "1: registrations pass clients a dma_device that is not a PCI device; 0 (default): the NIC's PCI device");
 
+/*
+ * Read at each deregistration and unwinding: the host of MLNX_OFED/DOCA-OFED up to 25.01, whose
+ * ib_umem_stop_invalidation_notifier has the second test inverted (peer_mem.c:337 at c89c74ee,
+ * 24.10-1.1.4.0, and e9390164, 25.01: `xa_id != PEER_NO_INVALIDATION_ID`; `==` from cccf5314, 25.04).
+ */
+bool pmh_stop_notifier_before_25_04;
+module_param_named(stop_notifier_before_25_04, pmh_stop_notifier_before_25_04, bool, 0644);
+MODULE_PARM_DESC(stop_notifier_before_25_04,
+		 "1: stop the invalidation notifier as MLNX_OFED up to 25.01 does (an invalidating MR never activated locks its own held mapping lock: a self-deadlock); 0 (default): as 25.04 and later");
+
+/*
+ * One-shot: the next peer registration's memory key fails, as mlx5's reg_create can (out of
+ * mkeys, a firmware error): create_real_mr's error path stops the notifier and releases the umem
+ * (mr.c:1537-1541 at c89c74ee) before it was ever activated.
+ */
+bool pmh_fail_mkey;
+module_param_named(fail_mkey, pmh_fail_mkey, bool, 0644);
+MODULE_PARM_DESC(fail_mkey, "1: the next peer registration's memory key fails (-ENOMEM), once");
+
 struct pmh_counters pmh_counters;
 
 /* Largest PMH_IOC_DMA transfer: it is staged in a kernel buffer. */
