@@ -40,7 +40,7 @@ use crate::kapi::{self, SharedMutex, StaticMutex};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, EIO as EIO_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    Actor, Commit, HostCall, NPin, Op, Refusal, Registration, Step, Violation,
+    Actor, Commit, Event, HostCall, NPin, Op, Refusal, Registration, Step, Violation,
 };
 use crate::logic::tables;
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
@@ -330,11 +330,17 @@ impl RegCtx {
                     return Ok(());
                 }
                 // A lookup of the memory by this process, as put_pages of N made: a persistent pin
-                // of one GPU page (no callback; its unpin does not depend on the caller), under
-                // `N_PINS` as every persistent pin of ours.
-                let probe = PersistentPin::get(range.first_page()).map_err(errno)?;
-                // Whatever the unpin answers, the pin showed the process reaches its memory.
-                let _ = probe.put(range.first_page());
+                // of one GPU page (no callback; with the persistent API, which the invalidating
+                // flavour needs, its unpin does not depend on the caller), under `N_PINS` as every
+                // persistent pin of ours.
+                let page = range.first_page();
+                let probe = PersistentPin::get(page).map_err(errno)?;
+                // Whatever the unpin answers, the pin showed the process reaches its memory; a
+                // refused unpin leaves the driver that pin (and its device reference): say so.
+                if let Err(e) = probe.put(page) {
+                    let event = Event::UnpinPFailed(-e.to_errno());
+                    stats::event(self.link.name(), page, Actor::Host, event);
+                }
                 Ok(())
             }
             Op::DriverBarrier => {
@@ -368,28 +374,29 @@ impl RegCtx {
                 Ok(())
             }
             Op::FillSg => {
-                let (sg, mapping) = {
+                let (p, sg, mapping) = {
                     let mut g = self.inner.lock();
-                    (g.sg.take(), g.mapping.take())
+                    (g.p.take(), g.sg.take(), g.mapping.take())
                 };
                 let filled = match (&sg, &mapping) {
                     (Some(_), Some((_, m))) => m.header().check(range.pages()).is_ok(),
                     _ => false,
                 };
-                let half_made = |m: &DmaMapping| {
-                    let addresses = (0..range.pages()).filter_map(|i| m.dma_address(i));
-                    tables::first_failed_page(addresses).is_some()
+                // A page the driver did not map, in a mapping it reported as made.
+                let half_made = |p: &PersistentPin, m: &DmaMapping| {
+                    let page = |i| Some((p.physical_address(i)?, m.dma_address(i)?));
+                    tables::first_failed_page(range.pages(), page).is_some()
                 };
                 let mut sg = sg;
-                let result = match (&mut sg, &mapping, filled) {
-                    // A page the driver did not map, in a mapping it reported as made.
-                    (Some(_), Some((_, m)), true) if half_made(m) => Err(EIO_NR),
-                    (Some(sg), Some((_, m)), true) => sg
+                let result = match (&p, &mut sg, &mapping, filled) {
+                    (Some(p), Some(_), Some((_, m)), true) if half_made(p, m) => Err(EIO_NR),
+                    (Some(_), Some(sg), Some((_, m)), true) => sg
                         .fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
                         .map_err(errno),
                     _ => Err(EINVAL_NR),
                 };
                 let mut g = self.inner.lock();
+                g.p = p;
                 g.sg = sg;
                 g.mapping = mapping;
                 result

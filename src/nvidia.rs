@@ -122,6 +122,20 @@ impl PersistentPin {
         }
     }
 
+    /// The physical (BAR1) address of GPU page `i`, or `None` past the end.
+    pub(crate) fn physical_address(&self, i: u32) -> Option<u64> {
+        // SAFETY: alive by the type invariant.
+        let t = unsafe { self.0.as_ref() };
+        if i >= t.entries || t.pages.is_null() {
+            return None;
+        }
+        // SAFETY: `pages` holds `entries` pointers and `i < entries`; each points to a page entry
+        // the driver allocated with the table and frees with it.
+        let page = unsafe { *t.pages.add(i as usize) };
+        // SAFETY: as above, when not null.
+        (!page.is_null()).then(|| unsafe { (*page).physical_address })
+    }
+
     /// Maps the pinned pages for DMA by `peer`.
     pub(crate) fn dma_map(&self, peer: &PeerDevice) -> Result<DmaMapping> {
         let mut mapping: *mut sys::nvidia_p2p_dma_mapping = core::ptr::null_mut();

@@ -41,8 +41,10 @@
 //!    whose pid list holds it, and that set shrinks without the pins going (an MPS client whose
 //!    RM client was freed leaves the server's object; its pins stay armed until the server frees
 //!    the memory). So after the owner's 0 a second lookup by the same process, a persistent pin of
-//!    one page, shows whether the process still reaches its memory: found, the unpin found N;
-//!    not found, N is abandoned as from a foreign task ([`Op::ProveUnpinN`]).
+//!    one page, shows whether the process still reaches its memory: found, the unpin found N
+//!    (unless the process left and joined the object again between the two calls, which the
+//!    driver gives no way to exclude); not found, N is abandoned as from a foreign task
+//!    ([`Op::ProveUnpinN`]).
 //! 3. The callback runs with the RM API lock held: any driver call that takes it fails there
 //!    (-EIO). And the host may hold the MR's mapping lock while it calls us (registration from
 //!    before get_pages until the MR is armed; a legacy deregistration), while the callback's
@@ -124,10 +126,12 @@ pub enum Op {
     /// After `UnpinN` answered 0: `nvidia_p2p_get_pages_persistent` of the range's first GPU page,
     /// then `nvidia_p2p_put_pages_persistent` of it, from the same task. The driver finds the
     /// memory only through the P2P objects whose pid list holds the caller, as put_pages found N;
-    /// found: the process still reaches N's object, so its put_pages found N and unpinned it; not
-    /// found (`Err`): the process has left the object (an MPS client whose RM client was freed:
-    /// put_pages found nothing and answered 0 anyway), N stays armed and is abandoned. Pinned
-    /// under `N_PINS`, as every persistent pin of ours.
+    /// found: the process still reaches N's object, so its put_pages found N and unpinned it (the
+    /// two calls are not atomic: a process that left and joined again in between would pass); not
+    /// found or failed (`Err`): the process may have left the object (an MPS client whose RM
+    /// client was freed: put_pages found nothing and answered 0 anyway), so N is abandoned, kept
+    /// armed for a callback that comes, or never comes if the unpin had worked. Pinned under
+    /// `N_PINS`, as every persistent pin of ours.
     ProveUnpinN,
     /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
     AllocSg,

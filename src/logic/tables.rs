@@ -66,18 +66,27 @@ impl PageTableHeader {
 /// kernel-open/nvidia/nv-dma.c).
 pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
 
-/// The first page (0-based) of a DMA mapping that the driver did not map, or `None`.
+/// The first page (0-based) of a DMA mapping of `n` pages that the driver did not map, or `None`.
+/// `page(i)` gives page `i`'s physical (BAR1) address, the value the driver starts from, and its
+/// DMA address (`None`: not known, not judged).
 ///
 /// Drivers up to 580 go on after a page fails: they unmap the pages before it and return the last
 /// page's status, so a failure before the last page comes back as a mapping made
 /// (`rm_p2p_dma_map_pages`, src/nvidia/arch/nvalloc/unix/src/osapi.c 550:4425-4440; 590 stops).
-/// The failed page's entry is `DMA_MAPPING_ERROR`; the unmapped ones before it keep addresses
-/// that look good, so the failed entry is the one sign.
-pub fn first_failed_page(addresses: impl IntoIterator<Item = u64>) -> Option<u32> {
-    addresses
-        .into_iter()
-        .position(|a| a == DMA_MAPPING_ERROR)
-        .map(|i| i as u32)
+/// The unmapped pages before it keep addresses that look good; the failed page is the sign:
+/// - a failure of `dma_map_resource` leaves `DMA_MAPPING_ERROR` in its entry (`nv_dma_map_mmio`,
+///   550.163.01 kernel-open/nvidia/nv-dma.c);
+/// - a page `nv_dma_map_peer` refuses before mapping (its bounds check, which takes the BAR's
+///   inclusive end for an exclusive one and so refuses the last 64 KiB of BAR1, nv-dma.c 550:837)
+///   keeps its physical address, which tells only where the other pages were translated (an
+///   IOMMU): without translation every DMA address is its physical one.
+pub fn first_failed_page(n: u32, page: impl Fn(u32) -> Option<(u64, u64)>) -> Option<u32> {
+    let translated = (0..n)
+        .filter_map(&page)
+        .any(|(phys, dma)| dma != phys && dma != DMA_MAPPING_ERROR);
+    (0..n).find(|&i| {
+        page(i).is_some_and(|(phys, dma)| dma == DMA_MAPPING_ERROR || (translated && dma == phys))
+    })
 }
 
 /// The fields of a DMA mapping that matter.
@@ -113,13 +122,30 @@ mod tests {
 
     #[test]
     fn a_mapping_with_a_failed_page_is_found_out() {
-        assert_eq!(first_failed_page([0x1000, 0x2000, 0x3000]), None);
+        fn first_failed_page(pages: &[(u64, u64)]) -> Option<u32> {
+            super::first_failed_page(pages.len() as u32, |i| pages.get(i as usize).copied())
+        }
+        // No translation: every DMA address is its physical one.
+        let direct = [(0xa000, 0xa000), (0xb000, 0xb000), (0xc000, 0xc000)];
+        assert_eq!(first_failed_page(&direct), None);
+        // Translated by an IOMMU.
+        let iommu = [(0xa000, 0xf000), (0xb000, 0xe000), (0xc000, 0xd000)];
+        assert_eq!(first_failed_page(&iommu), None);
+        // dma_map_resource failed for page 1.
+        let failed = [
+            (0xa000, 0xf000),
+            (0xb000, DMA_MAPPING_ERROR),
+            (0xc000, 0xd000),
+        ];
+        assert_eq!(first_failed_page(&failed), Some(1));
         assert_eq!(
-            first_failed_page([0x1000, DMA_MAPPING_ERROR, 0x3000]),
-            Some(1)
+            first_failed_page(&[(0xa000, DMA_MAPPING_ERROR), (0xb000, 0xb000)]),
+            Some(0)
         );
-        assert_eq!(first_failed_page([DMA_MAPPING_ERROR, 0x2000]), Some(0));
-        assert_eq!(first_failed_page([]), None);
+        // Page 2 refused before mapping: its physical address, among translated ones.
+        let refused = [(0xa000, 0xf000), (0xb000, 0xe000), (0xc000, 0xc000)];
+        assert_eq!(first_failed_page(&refused), Some(2));
+        assert_eq!(first_failed_page(&[]), None);
     }
 
     #[test]

@@ -53,7 +53,8 @@
 //!   (`Config::mps`) the owner is an MPS client: the server owns the memory and the P2P object,
 //!   whose pid list holds the owner's pid (`REGISTER_PID`, `third_party_p2p_ctrl.c:172-194`); the
 //!   free is the server's; and at any moment, once, the owner leaves the object (its RM client
-//!   freed: cuCtxDestroy, /dev/nvidiactl closed, an exit that closes it before the uverbs file;
+//!   freed: /dev/nvidiactl closed, an exit that closes it before the uverbs file, or however
+//!   CUDA frees it;
 //!   `CliUnregisterFromThirdPartyP2P`/`CliDelThirdPartyP2PClientPid`,
 //!   `third_party_p2p.c:1025-1085`, under the API lock) without its pins going: from then on its
 //!   put_pages finds nothing and answers 0, N staying armed with our data, and its get_pages and
@@ -211,7 +212,7 @@ pub struct Config {
     pub creator: bool,
     /// The owner is an MPS client: the server owns the memory and the P2P object, whose pid list
     /// holds the owner's pid (`REGISTER_PID`, 550.163.01 `third_party_p2p_ctrl.c:172-194`), and at
-    /// any moment, once, the owner leaves it (its RM client freed: cuCtxDestroy, /dev/nvidiactl
+    /// any moment, once, the owner leaves it (its RM client freed: /dev/nvidiactl
     /// closed, an exit that closes it before the uverbs file; `CliUnregisterFromThirdPartyP2P`,
     /// `CliDelThirdPartyP2PClientPid`, `third_party_p2p.c:1025-1085`, under the RM API lock)
     /// without its pins going. From then on every lookup of the owner's fails: its put_pages
@@ -1741,7 +1742,7 @@ impl World {
         Some(())
     }
 
-    /// MPS: the owner's RM client is freed (cuCtxDestroy, /dev/nvidiactl closed, an exit that
+    /// MPS: the owner's RM client is freed (/dev/nvidiactl closed, an exit that
     /// closes it first) and RM takes its pid out of the server's P2P object, under the API lock,
     /// leaving its pins armed (`CliUnregisterFromThirdPartyP2P`, `CliDelThirdPartyP2PClientPid`,
     /// 550.163.01 `third_party_p2p.c:1025-1085`).

@@ -180,7 +180,7 @@ MODULE_PARM_DESC(internal_object_pid,
  * MPS: the tgid of a client process that has left the P2P object holding its pins. Under MPS the
  * server owns the memory and the P2P object; NV503C_CTRL_CMD_REGISTER_PID puts a client's pid and
  * RM client handle in that object's pid list (550.163.01 third_party_p2p_ctrl.c:172-194), and
- * freeing that client handle (the client's cuCtxDestroy, its close of /dev/nvidiactl, its exit)
+ * freeing that client handle (its close of /dev/nvidiactl, its exit; which CUDA calls free it is not in the open sources)
  * takes them out again (CliUnregisterFromThirdPartyP2P -> CliDelThirdPartyP2PClientPid,
  * third_party_p2p.c:1025-1085) without touching the pins. Then every lookup by the caller's pid
  * (RmP2PGetInfoWithoutToken, p2p.c:873-954, through CliNextThirdPartyP2PInfoWithPid,
