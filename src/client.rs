@@ -329,10 +329,10 @@ impl RegCtx {
                 if self.inner.lock().state.n_pin() != NPin::Proving {
                     return Ok(());
                 }
-                // A lookup of the memory by this process, as put_pages of N made: a persistent pin
-                // of one GPU page (no callback; with the persistent API, which the invalidating
-                // flavour needs, its unpin does not depend on the caller), under `N_PINS` as every
-                // persistent pin of ours.
+                // A lookup of the memory by this process, as put_pages of N will make: a
+                // persistent pin of one GPU page (no callback; with the persistent API, which the
+                // invalidating flavour needs, its unpin does not depend on the caller), under
+                // `N_PINS` as every persistent pin of ours.
                 let page = range.first_page();
                 let probe = PersistentPin::get(page).map_err(errno)?;
                 // Whatever the unpin answers, the pin showed the process reaches its memory; a

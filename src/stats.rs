@@ -161,15 +161,14 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
             UNPROVEN_UNPINS.add(1);
             let why = if errno == crate::logic::cause::EINVAL {
                 "no longer reaches that memory through the driver (an MPS client whose RM client \
-                 went before its memory registration, or the memory freed meanwhile)"
+                 went before its memory registration)"
             } else {
                 "could not have it checked (the driver failed)"
             };
             say(format_args!(
-                "{}: GPU VA {:#x}+{:#x}: the NVIDIA driver answered its unpin, but pid {} {} \
-                 (errno -{}), so nothing shows the pin went: the registration stays (and \
-                 peermem-rs loaded) until the driver calls it back when the memory is freed, or \
-                 until reboot if it had gone\n",
+                "{}: GPU VA {:#x}+{:#x}: pid {} {} (errno -{}), so its unpin would prove nothing: \
+                 the pin is left to the driver, and the registration stays (and peermem-rs \
+                 loaded) until the driver calls it back when the memory is freed\n",
                 client,
                 range.start(),
                 range.len(),

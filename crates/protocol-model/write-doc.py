@@ -87,10 +87,11 @@ def main():
              "MPS: configurations: states (unique), counterexamples | s |",
              "|---|---|---|---|---|---|---|---|---|", *rows, "",
              "*kept for good*: the configurations where a registration is kept, with the module "
-             "reference, in the race where the state machine errs towards keeping on purpose (the "
-             "memory freed, or the MPS owner gone, between the owner's put_pages of N and the proof; "
-             "docs/known-limits.md, \"MPS\"): no counterexample; any other registration kept for good "
-             "would be one. *MPS*: the configurations (`Config::mps`, invalidating flavour, "
+             "reference, after a proof made too late (0 since the proof comes before the unpin). "
+             "The fixed client's counterexamples are all in the MPS configurations and all the one "
+             "window nvidia.ko leaves open, the owner leaving the P2P object between the proof and "
+             "its put_pages of N (a test checks that; docs/model-check.md and docs/known-limits.md, "
+             "\"MPS\"). *MPS*: the configurations (`Config::mps`, invalidating flavour, "
              "deregistered by the owner, a driver that unpins, no second registration, both hosts) "
              "where the owner is an MPS client that may leave the server's P2P object at any moment, "
              "its pins staying armed: its put_pages of N then finds nothing and answers 0, and the "

@@ -40,11 +40,11 @@
 //!    Even the owner's 0 proves nothing by itself: "the calling process" is the set of P2P objects
 //!    whose pid list holds it, and that set shrinks without the pins going (an MPS client whose
 //!    RM client was freed leaves the server's object; its pins stay armed until the server frees
-//!    the memory). So after the owner's 0 a second lookup by the same process, a persistent pin of
-//!    one page, shows whether the process still reaches its memory: found, the unpin found N
-//!    (unless the process left and joined the object again between the two calls, which the
-//!    driver gives no way to exclude); not found, N is abandoned as from a foreign task
-//!    ([`Op::ProveUnpinN`]).
+//!    the memory). So before the owner's unpin a lookup by the same process, a persistent pin of
+//!    one page, shows whether the process still reaches its memory ([`Op::ProveUnpinN`]): found,
+//!    put_pages will find N (unless the process leaves the object between the two calls, which
+//!    the driver gives no way to exclude); not found, and no callback has claimed N, N is
+//!    abandoned as from a foreign task, without a put_pages that would prove nothing.
 //! 3. The callback runs with the RM API lock held: any driver call that takes it fails there
 //!    (-EIO). And the host may hold the MR's mapping lock while it calls us (registration from
 //!    before get_pages until the MR is armed; a legacy deregistration), while the callback's
@@ -121,17 +121,18 @@ pub enum Op {
     /// `nvidia_p2p_get_pages` of the range with our free callback: pins N. Before the call the glue
     /// hands the driver a reference to the registration as the callback's `data`.
     PinN,
-    /// `nvidia_p2p_put_pages` of N (only from the owner's process).
+    /// `nvidia_p2p_put_pages` of N (only from the owner's process, after `ProveUnpinN`).
     UnpinN,
-    /// After `UnpinN` answered 0: `nvidia_p2p_get_pages_persistent` of the range's first GPU page,
-    /// then `nvidia_p2p_put_pages_persistent` of it, from the same task. The driver finds the
-    /// memory only through the P2P objects whose pid list holds the caller, as put_pages found N;
-    /// found: the process still reaches N's object, so its put_pages found N and unpinned it (the
-    /// two calls are not atomic: a process that left and joined again in between would pass); not
-    /// found or failed (`Err`): the process may have left the object (an MPS client whose RM
-    /// client was freed: put_pages found nothing and answered 0 anyway), so N is abandoned, kept
-    /// armed for a callback that comes, or never comes if the unpin had worked. Pinned under
-    /// `N_PINS`, as every persistent pin of ours.
+    /// Before the owner's `UnpinN`: `nvidia_p2p_get_pages_persistent` of the range's first GPU
+    /// page, then `nvidia_p2p_put_pages_persistent` of it, from the same task. The driver finds
+    /// the memory only through the P2P objects whose pid list holds the caller, as put_pages will
+    /// look for N; found: the process still reaches N's object, and put_pages follows (the two
+    /// calls are not atomic: a process that leaves the object in between passes); not found or
+    /// failed (`Err`) with N not claimed by a callback (a free calls back before its memory
+    /// stops being found, under one hold of the API lock): the process may have left the object
+    /// (an MPS client whose RM client was freed: put_pages would find nothing and answer 0
+    /// anyway), so N is abandoned without a put_pages, kept armed for the callback of the free.
+    /// Pinned under `N_PINS`, as every persistent pin of ours.
     ProveUnpinN,
     /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
     AllocSg,
@@ -179,9 +180,9 @@ pub enum Event {
     /// N could not be unpinned because the caller is not the pinning process: the driver keeps it,
     /// and the registration, until the owner frees the memory or exits.
     UnpinNForeign,
-    /// The owner's put_pages of N answered 0, but the owner no longer reaches its memory through
-    /// the driver (errno of the proof): it has left the P2P object (MPS), so nothing shows N was
-    /// unpinned. The driver may still call back: the registration stays until it does.
+    /// The owner no longer reaches its memory through the driver (errno of the proof), and no
+    /// callback has claimed N: it has left the P2P object (MPS), or the driver failed. Its
+    /// put_pages would prove nothing: N stays armed, and the registration until its callback.
     UnpinNUnproven(i32),
     /// The free callback invalidated the registration through the host.
     Invalidated,
@@ -277,10 +278,10 @@ pub enum NPin {
     Pinning,
     /// Pinned; the driver may call back.
     Armed,
-    /// `nvidia_p2p_put_pages` in flight.
+    /// `nvidia_p2p_put_pages` to be made (proven) or in flight.
     Unpinning,
-    /// `nvidia_p2p_put_pages` answered 0; [`Op::ProveUnpinN`] is to show, or is showing, whether
-    /// it found N. The driver may still call back.
+    /// [`Op::ProveUnpinN`] is to show, or is showing, that the owner still reaches N's object,
+    /// before its unpin. The driver may still call back.
     Proving,
     /// Left to the driver (foreign task, or the driver refused the unpin): it may still call back.
     Abandoned,
@@ -763,14 +764,16 @@ impl Registration {
                 return Step::Note(Event::UnpinNForeign);
             }
             if api {
-                self.n = NPin::Unpinning;
-                return self.host_call(Op::UnpinN);
+                // First the proof that the owner still reaches N's object, then the unpin.
+                self.n = NPin::Proving;
+                return self.host_call(Op::ProveUnpinN);
             }
             // Not reachable: a running callback has torn N down before anyone could see it armed.
         }
-        if self.n == NPin::Proving && api {
-            // (A running callback has torn N down: never Proving without the API lock.)
-            return self.host_call(Op::ProveUnpinN);
+        if self.n == NPin::Unpinning && api {
+            // Proven (above): unpin. (A running callback has torn N down: never Unpinning here
+            // without the API lock.)
+            return self.host_call(Op::UnpinN);
         }
         if self.p_held && self.release_p && !self.mapped && self.p_busy.is_none() {
             if api {
@@ -884,11 +887,15 @@ impl Registration {
                 match result {
                     Ok(()) => {
                         if self.n == NPin::Unpinning {
-                            // Found among the owner's pins and unpinned, or found nowhere: the
-                            // proof tells. (Had the teardown unlinked it first, its callback,
-                            // which runs under the API lock our call waited for, would have
-                            // claimed N already.)
-                            self.n = NPin::Proving;
+                            // Found among the owner's pins, which the proof showed it reaches,
+                            // and unpinned: no callback will come. (Had the teardown unlinked it
+                            // first, its callback, which runs under the API lock our call waited
+                            // for, would have claimed N already.)
+                            self.n = NPin::Gone;
+                            if self.driver_ref {
+                                self.driver_ref = false;
+                                self.host_pending.drop_driver_ref = true;
+                            }
                         }
                     }
                     Err(errno) => {
@@ -904,17 +911,15 @@ impl Registration {
                 if self.n == NPin::Proving {
                     match result {
                         Ok(()) => {
-                            // The owner still reaches N's object: its put_pages found N and
-                            // unpinned it, and no callback will come.
-                            self.n = NPin::Gone;
-                            if self.driver_ref {
-                                self.driver_ref = false;
-                                self.host_pending.drop_driver_ref = true;
-                            }
+                            // The owner reaches N's object: its put_pages will find N (let_go).
+                            self.n = NPin::Unpinning;
                         }
                         Err(errno) => {
-                            // The owner has left N's object: N stays armed, with our reference
-                            // as its data, until the memory is freed.
+                            // The memory is not found, and no callback has claimed N (a free
+                            // calls it back before the memory stops being found, under the same
+                            // hold of the API lock): the owner has left N's object, or the
+                            // driver failed. put_pages would prove nothing: N stays armed, with
+                            // our reference as its data, until the memory is freed.
                             self.n = NPin::Abandoned;
                             self.host_pending.note = Some(Event::UnpinNUnproven(errno));
                         }
@@ -1097,7 +1102,7 @@ mod tests {
             [Op::UnmapP]
         );
         let steps = host(&mut r, HostCall::PutPages, OWNER);
-        assert_eq!(calls(&steps), [Op::UnpinN, Op::ProveUnpinN, Op::UnpinP]);
+        assert_eq!(calls(&steps), [Op::ProveUnpinN, Op::UnpinN, Op::UnpinP]);
         assert!(steps.contains(&Step::DropDriverRef));
         host(&mut r, HostCall::Release, OWNER);
         assert!(r.quiescent());
@@ -1339,7 +1344,8 @@ mod tests {
             }
         });
         assert_eq!(result, Ok(()));
-        assert_eq!(calls(&steps), [Op::UnpinN, Op::ProveUnpinN, Op::UnpinP]);
+        // No put_pages: it would find nothing and prove nothing.
+        assert_eq!(calls(&steps), [Op::ProveUnpinN, Op::UnpinP]);
         assert!(steps.contains(&Step::Note(Event::UnpinNUnproven(EINVAL))));
         assert!(!steps.contains(&Step::DropDriverRef));
         assert!(r.driver_holds_ref());
@@ -1391,7 +1397,7 @@ mod tests {
         assert_eq!(steps[0], Step::Note(Event::ReleasedWithoutPutPages));
         assert_eq!(
             calls(&steps),
-            [Op::UnmapP, Op::UnpinN, Op::ProveUnpinN, Op::UnpinP]
+            [Op::UnmapP, Op::ProveUnpinN, Op::UnpinN, Op::UnpinP]
         );
         assert!(r.quiescent());
     }

@@ -82,6 +82,10 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
         states += r.unique_states;
         for (property, trace) in &r.properties {
             if let Some(t) = trace {
+                if cfg.mps && leave_between_proof_and_unpin(t) {
+                    // The one window left, checked by the test below.
+                    continue;
+                }
                 panic!(
                     "{cfg}: {property} fails ({}):\n{}",
                     t.end,
@@ -105,44 +109,42 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
     assert!(states > 100_000, "the model shrank: {states} states");
 }
 
+/// The owner left the server's P2P object after the proof's lookup found the memory and before
+/// its put_pages of N looked N up: put_pages found nothing, N stays armed, and the registration
+/// goes. nvidia.ko gives a client no way to make the two lookups one (docs/known-limits.md, "MPS").
+fn leave_between_proof_and_unpin(t: &Trace) -> bool {
+    let pos = |pat: &str| t.steps.iter().position(|s| s.contains(pat));
+    let proof = pos("NVIDIA get_pages_persistent of the first page");
+    let leave = pos("RM takes the owner's pid out of the server's P2P object");
+    let unpin = pos("deregistering task (Owner): NVIDIA put_pages (API lock");
+    matches!((proof, leave, unpin), (Some(p), Some(l), Some(u)) if p < l && l < u)
+}
+
 #[test]
-fn a_proof_too_late_keeps_the_registration_for_good_and_nothing_else_does() {
-    // The price of the proof (docs/known-limits.md, "MPS"): the owner's put_pages of N found N
-    // and unpinned it (the driver drops our data, no callback will come), then the memory is
-    // freed (cudaFree from another thread; MPS: the server) or the MPS owner leaves the P2P
-    // object, before the proof's get_pages_persistent looks the memory up, which fails. The state
-    // machine cannot tell that from a put_pages that found nothing (the owner gone before it),
-    // where the callback does come, and keeps the registration and the module reference for it:
-    // until reboot. No counterexample (the property "no registration is kept for a callback the
-    // driver will never make, but after a proof too late" holds, above), but reached wherever the
-    // owner's put_pages of N answers 0, i.e. deregistered by the owner with a driver that unpins.
+fn the_one_window_left_is_the_leave_between_the_proof_and_the_unpin() {
+    // The proof is made before the unpin: a free racing the deregistration calls N back (under
+    // the API lock, before its memory stops being found) or finds N unpinned after a proof that
+    // passed, so no registration is kept for good any more; and an owner gone before the proof
+    // is never unpinned. What is left: the owner leaving between the two lookups. Reached only
+    // in the MPS configurations, and every counterexample there is that one.
+    let mut windows = 0;
     for (cfg, r) in fixed() {
-        let expected =
-            cfg.flavour == Flavour::Invalidating && cfg.dereg == Dereg::Owner && !cfg.unpin_fails;
-        let t = r.kept_after_late_proof.as_ref();
-        assert_eq!(t.is_some(), expected, "{cfg}");
-        let Some(t) = t else { continue };
-        assert!(t.end.starts_with("kept for good"), "{cfg}: {}", t.end);
-        let unpin = at(
-            t,
-            0,
-            "deregistering task (Owner): NVIDIA put_pages (API lock; looks the table's address up",
-        );
-        let lookup = at(
-            t,
-            unpin,
-            "deregistering task (Owner): NVIDIA get_pages_persistent of the first page",
-        );
-        let gone = t.steps[unpin..lookup].iter().any(|s| {
-            s.contains("NVIDIA free path step 0 (take API lock)")
-                || s.contains("RM takes the owner's pid out of the server's P2P object")
-        });
-        assert!(
-            gone,
-            "{cfg}: neither the free nor the leave between the unpin and the proof:\n{}",
-            t.steps.join("\n")
-        );
+        assert!(r.kept_after_late_proof.is_none(), "{cfg}: kept for good");
+        for (property, trace) in &r.properties {
+            let Some(t) = trace else { continue };
+            assert!(cfg.mps, "{cfg}: {property}");
+            assert!(
+                leave_between_proof_and_unpin(t),
+                "{cfg}: {property} fails otherwise:\n{}",
+                t.steps.join("\n")
+            );
+            windows += 1;
+        }
     }
+    assert!(
+        windows > 0,
+        "the window between the proof and the unpin was not reached"
+    );
 }
 
 fn before(flavour: Flavour, dereg: Dereg) -> Report {
@@ -275,7 +277,7 @@ fn stale_unpin_the_client_without_n_pins_unpins_another_registrations_pin_at_a_r
 #[test]
 fn the_one_registration_bound_could_not_see_the_stale_unpin() {
     for cfg in Config::all(Client::NoNPins) {
-        if !cfg.reuse {
+        if !cfg.reuse && !cfg.mps {
             assert!(check(cfg).all_hold(), "{cfg}");
         }
     }

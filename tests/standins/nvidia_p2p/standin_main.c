@@ -585,6 +585,7 @@ static int standin_release(struct inode *inode, struct file *file)
 		list_for_each_entry(a, &standin.allocs, node) {
 			if (a->file == file && !a->freed) {
 				a->freed = true;
+				a->va = 0;	/* the context is gone: its VA names nothing */
 				victim = a;
 				break;
 			}
