@@ -1038,6 +1038,11 @@ mod tests {
         Ok(())
     }
 
+    /// An answer that fails `failed` with `errno` and lets every other call succeed.
+    fn failing(failed: Op, errno: i32) -> impl FnMut(&mut Registration, Op) -> Result<(), i32> {
+        move |_, op| if op == failed { Err(errno) } else { Ok(()) }
+    }
+
     fn calls(steps: &[Step]) -> Vec<Op> {
         steps
             .iter()
@@ -1262,13 +1267,7 @@ mod tests {
             let mut r = Registration::acquired(flavour, range(), OWNER);
             host(&mut r, get_pages(), OWNER);
             r.begin(HostCall::DmaMap, OWNER).unwrap();
-            let (steps, result) = run(&mut r, Actor::Host, |_, op| {
-                if op == Op::FillSg {
-                    Err(EIO)
-                } else {
-                    Ok(())
-                }
-            });
+            let (steps, result) = run(&mut r, Actor::Host, failing(Op::FillSg, EIO));
             assert_eq!(
                 calls(&steps),
                 [Op::AllocSg, Op::MapP, Op::FillSg, Op::UnmapP]
@@ -1313,13 +1312,7 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         host(&mut r, HostCall::DmaUnmap, OWNER);
         r.begin(HostCall::PutPages, OWNER).unwrap();
-        let (steps, _) = run(&mut r, Actor::Host, |_, op| {
-            if op == Op::UnpinN {
-                Err(5)
-            } else {
-                Ok(())
-            }
-        });
+        let (steps, _) = run(&mut r, Actor::Host, failing(Op::UnpinN, 5));
         assert!(steps.contains(&Step::Note(Event::UnpinNFailed(5))));
         assert!(r.driver_holds_ref());
         host(&mut r, HostCall::Release, OWNER);
@@ -1336,13 +1329,7 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         host(&mut r, HostCall::DmaUnmap, OWNER);
         r.begin(HostCall::PutPages, OWNER).unwrap();
-        let (steps, result) = run(&mut r, Actor::Host, |_, op| {
-            if op == Op::ProveUnpinN {
-                Err(EINVAL)
-            } else {
-                Ok(())
-            }
-        });
+        let (steps, result) = run(&mut r, Actor::Host, failing(Op::ProveUnpinN, EINVAL));
         assert_eq!(result, Ok(()));
         // No put_pages: it would find nothing and prove nothing.
         assert_eq!(calls(&steps), [Op::ProveUnpinN, Op::UnpinP]);
