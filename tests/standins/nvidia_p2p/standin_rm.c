@@ -623,7 +623,7 @@ static bool peer_can_reach(struct pci_dev *peer, u64 phys)
  * addresses after.
  *
  * A page that fails is what nvidia.ko makes of it up to 580: nv_dma_map_mmio leaves
- * DMA_MAPPING_ERROR in its entry (550.163.01 kernel-open/nvidia/nv-dma.c nv_dma_map_mmio), and the
+ * DMA_MAPPING_ERROR in its entry (550.163.01 kernel-open/nvidia/nv-dma.c:878-899), and the
  * loop unmaps the pages before it and goes on with the next page, so that the status returned is
  * the last page's (src/nvidia/arch/nvalloc/unix/src/osapi.c 550:4425-4440; 535.288.01
  * osapi.c:4208-4223; 580 around 4495-4509; 590 stops at the failure). A failure before the last
