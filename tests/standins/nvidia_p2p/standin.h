@@ -104,6 +104,7 @@ struct standin_dma_map {
 	 * it, which rm_p2p_dma_map_pages unmapped and went on: see there); NULL when every entry is.
 	 */
 	unsigned long *unmapped;
+	u64 *phys;			/* each entry's physical address (peak_page_mappings) */
 };
 
 /* Functions that fault injection can make fail. */
@@ -152,6 +153,7 @@ enum standin_fn {
 	X(dma_map_errors)		\
 	X(half_mappings)		\
 	X(half_map_unmaps)		\
+	X(peak_page_mappings)		\
 	X(callback_reentries)		\
 	X(leaked_by_driver)		\
 	X(injected_failures)		\
@@ -263,8 +265,9 @@ int rm_p2p_put_pages_persistent(const void *key);
 void rm_del_vidmem_locked(struct standin_alloc *a);
 void rm_free_leftover_records(void);
 
-int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma,
-			 unsigned long **unmapped);
+int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, const u64 *phys,
+			 u64 *dma, unsigned long **unmapped);
+void standin_page_mapping(u64 phys, bool mapped);
 
 /* standin_p2p.c: the nv-p2p layer */
 int standin_p2p_init(void);

@@ -12,13 +12,50 @@
 #include <linux/dma-mapping.h>
 #include <linux/ktime.h>
 #include <linux/module.h>
+#include <linux/mutex.h>
 #include <linux/sched.h>
 #include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/xarray.h>
 
 #include "standin.h"
 
 /* nvidia.ko allocates each nvidia_p2p_page from a cache of its own (nvidia_p2p_page_t_cache). */
 static struct kmem_cache *page_cache;
+
+/*
+ * The stand-in's own bookkeeping, not nvidia.ko's: how many live DMA mappings each GPU page has,
+ * by physical address, and in peak_page_mappings the most one page has had at once. Counted in
+ * step with the DMA API: up right after dma_map_resource() succeeds, down right before
+ * dma_unmap_resource(). DMA-API debugging warns once per boot when one cacheline has more than
+ * seven overlapping live mappings (kernel/dma/debug.c, ACTIVE_CACHELINE_MAX_OVERLAP) and is silent
+ * after that and on kernels without it; this is the same count for every mapping on every kernel,
+ * for a test that bounds the sharing of a page (stress --max-per-page). page_mappings_lock is a
+ * leaf: taken in process context (under the API lock when mapping, under nothing or the pin's
+ * semaphore released when unmapping), nothing is called under it but the xarray's own. A page
+ * whose count could not be stored (no memory) is left uncounted, so the peak is a lower bound
+ * then; the tests that read it keep failslab off the stand-in's allocations.
+ */
+static DEFINE_MUTEX(page_mappings_lock);
+static DEFINE_XARRAY(page_mappings);
+
+void standin_page_mapping(u64 phys, bool mapped)
+{
+	unsigned long idx = phys / GPU_PAGE_SIZE, n;
+
+	mutex_lock(&page_mappings_lock);
+	n = xa_to_value(xa_load(&page_mappings, idx));
+	if (!mapped) {
+		if (n > 1)
+			xa_store(&page_mappings, idx, xa_mk_value(n - 1), GFP_KERNEL);
+		else
+			xa_erase(&page_mappings, idx);
+	} else if (!xa_is_err(xa_store(&page_mappings, idx, xa_mk_value(n + 1), GFP_KERNEL)) &&
+		   n + 1 > atomic64_read(&standin.c.peak_page_mappings)) {
+		atomic64_set(&standin.c.peak_page_mappings, n + 1);
+	}
+	mutex_unlock(&page_mappings_lock);
+}
 
 int standin_p2p_init(void)
 {
@@ -32,6 +69,7 @@ void standin_p2p_exit(void)
 	kfree(standin.recycled);
 	standin.recycled = NULL;
 	kmem_cache_destroy(page_cache);
+	xa_destroy(&page_mappings);
 }
 
 /*
@@ -91,9 +129,11 @@ static void nv_p2p_free_dma_mapping(struct standin_dma_map *map)
 			count_inc(half_map_unmaps);
 			continue;
 		}
+		standin_page_mapping(map->phys[i], false);
 		dma_unmap_resource(&m->pci_dev->dev, m->dma_addresses[i], GPU_PAGE_SIZE,
 				   DMA_BIDIRECTIONAL, 0);
 	}
+	kfree(map->phys);
 	bitmap_free(map->unmapped);
 	kfree(m->dma_addresses);
 	kfree(map);
@@ -398,8 +438,14 @@ static int p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table 
 	for (i = 0; i < page_count; i++)
 		dma[i] = page_table->pages[i]->physical_address;
 	race_point(RP_DMA_MAP_READ);
+	ret = -ENOMEM;
+	map->phys = kmalloc_array(page_count, sizeof(*dma), GFP_KERNEL);
+	if (!map->phys)
+		goto failed;
+	memcpy(map->phys, dma, page_count * sizeof(*dma));
 
-	ret = rm_p2p_dma_map_pages(peer, page_table->gpu_uuid, page_count, dma, &map->unmapped);
+	ret = rm_p2p_dma_map_pages(peer, page_table->gpu_uuid, page_count, map->phys, dma,
+				   &map->unmapped);
 	if (ret)
 		goto failed;
 
@@ -420,6 +466,7 @@ static int p2p_dma_map_pages(struct pci_dev *peer, struct nvidia_p2p_page_table 
 	return 0;
 
 failed:
+	kfree(map->phys);
 	kfree(dma);
 	kfree(map);
 	return ret;

@@ -620,7 +620,7 @@ static bool peer_can_reach(struct pci_dev *peer, u64 phys)
 /*
  * rm_p2p_dma_map_pages: under the API lock, find the GPU by the table's UUID, check the topology
  * (580+), and map every page for the peer; @dma holds the physical addresses on entry and the DMA
- * addresses after.
+ * addresses after, @phys the physical addresses throughout (for standin_page_mapping).
  *
  * A page that fails is what nvidia.ko makes of it up to 580: nv_dma_map_mmio leaves
  * DMA_MAPPING_ERROR in its entry (550.163.01 kernel-open/nvidia/nv-dma.c:878-899), and the
@@ -630,8 +630,8 @@ static bool peer_can_reach(struct pci_dev *peer, u64 phys)
  * page is reported as a mapping made, with the pages up to the failed one not mapped: recorded in
  * *@unmapped (allocated here, NULL when every page is mapped), counted in half_mappings.
  */
-int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u64 *dma,
-			 unsigned long **unmapped)
+int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, const u64 *phys,
+			 u64 *dma, unsigned long **unmapped)
 {
 	struct standin_gpu *gpu;
 	unsigned long *gone = NULL;
@@ -668,6 +668,7 @@ int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u
 		else
 			addr = dma_map_resource(&peer->dev, dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
 		if (!dma_mapping_error(&peer->dev, addr)) {
+			standin_page_mapping(phys[i], true);
 			dma[i] = addr;
 			ret = 0;
 			continue;
@@ -685,8 +686,10 @@ int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, u
 		for (j = 0; j < i; j++) {
 			if (test_and_set_bit(j, gone))
 				count_inc(half_map_unmaps);
-			else
+			else {
+				standin_page_mapping(phys[j], false);
 				dma_unmap_resource(&peer->dev, dma[j], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+			}
 		}
 	}
 	if (ret) {
