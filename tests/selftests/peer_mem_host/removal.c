@@ -14,7 +14,7 @@
 TEST_F_TIMEOUT(pmh, device_removal_deregisters_every_file_from_a_kworker, 120)
 {
 	struct pmh_reg_mr r1, r2, r3, r4, again;
-	struct op_thread rm = { };
+	struct op_thread rm = { }, user = { };
 	struct pmh_query_mr q;
 	int other, held;
 	__u64 handle;
@@ -44,9 +44,17 @@ TEST_F_TIMEOUT(pmh, device_removal_deregisters_every_file_from_a_kworker, 120)
 	ASSERT_TRUE(pid_is_kworker(held)) TH_LOG("pid %d is not a kworker", held);
 	/* The ioctl waits for the kworker. */
 	ASSERT_TRUE(op_still_blocked(&rm, 200));
+	/* So does the user's own deregistration of an MR the removal took, as ib_uverbs'
+	 * uobj_destroy waits on the file's hw_destroy_rwsem: it returns once the MR is gone. */
+	user.pmh = self->pmh;
+	user.value = r2.handle;
+	ASSERT_EQ(0, op_start(&user, op_dereg_fn));
+	ASSERT_TRUE(op_still_blocked(&user, 200));
 	ASSERT_EQ(0, race_open(HOST_MOD, "dereg.before_release"));
 	ASSERT_EQ(0, op_join(&rm));
 	ASSERT_EQ(4, rm.ret);
+	ASSERT_EQ(0, op_join(&user));
+	ASSERT_EQ(-ENOENT, user.ret);
 
 	ASSERT_EQ(0, pmh_counter("live_mrs"));
 	ASSERT_EQ(4, pmh_counter("removed_by_device"));

@@ -11,6 +11,7 @@
 #include <linux/fs.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
+#include <linux/rwsem.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/workqueue.h>
@@ -95,6 +96,18 @@ static DEFINE_MUTEX(pmh_files_lock);
 static LIST_HEAD(pmh_files);
 /* Deregistrations that do not run in the calling task (device removal, PMH_DEREG_KWORKER). */
 static struct workqueue_struct *pmh_wq;
+/*
+ * ib_uverbs destroys a file's objects on device removal under the file's hw_destroy_rwsem held for
+ * write (uverbs_destroy_ufile_hw, rdma_core.c:930-952 at 25.10, called per file from
+ * ib_uverbs_free_hw_resources, uverbs_main.c:1222-1250); a user's destroy of an object takes it for
+ * read (uobj_destroy, rdma_core.c:189-215) and the last close for write (ib_uverbs_close,
+ * uverbs_main.c:1012-1016). So a deregistration or a last close that meets a removal returns only
+ * once the removal has destroyed that file's MRs. The stand-in takes every file's MRs at once, so
+ * one rwsem stands for every file's: pmh_remove_device holds it for write from taking the MRs until
+ * its kworker is done, pmh_dereg_handle and pmh_release for read. Taken before pmh_files_lock and
+ * a file's lock; nothing waits for a task that waits for it (the kworker never takes it).
+ */
+static DECLARE_RWSEM(pmh_removal_rwsem);
 
 static int pmh_open(struct inode *inode, struct file *file)
 {
@@ -121,6 +134,7 @@ static int pmh_release(struct inode *inode, struct file *file)
 	struct pmh_mr *mr;
 	unsigned long handle;
 
+	down_read(&pmh_removal_rwsem);
 	mutex_lock(&pmh_files_lock);
 	list_del(&f->node);
 	mutex_unlock(&pmh_files_lock);
@@ -129,6 +143,7 @@ static int pmh_release(struct inode *inode, struct file *file)
 		pmh_mr_deregister(mr);
 		atomic_inc(&pmh_counters.close_deregs);
 	}
+	up_read(&pmh_removal_rwsem);
 	xa_destroy(&f->mrs);
 	mutex_destroy(&f->lock);
 	kfree(f);
@@ -180,8 +195,10 @@ static long pmh_remove_device(void)
 	struct pmh_file *f;
 	struct pmh_mr *mr;
 	unsigned long handle;
+	int n;
 
 	INIT_LIST_HEAD(&w.mrs);
+	down_write(&pmh_removal_rwsem);
 	mutex_lock(&pmh_files_lock);
 	list_for_each_entry(f, &pmh_files, node) {
 		mutex_lock(&f->lock);
@@ -194,7 +211,9 @@ static long pmh_remove_device(void)
 		mutex_unlock(&f->lock);
 	}
 	mutex_unlock(&pmh_files_lock);
-	return pmh_dereg_in_kworker(&w);
+	n = pmh_dereg_in_kworker(&w);
+	up_write(&pmh_removal_rwsem);
+	return n;
 }
 
 static long pmh_reg_mr(struct pmh_file *f, void __user *arg)
@@ -273,19 +292,19 @@ static long pmh_dereg_handle(struct pmh_file *f, u64 handle, u32 flags)
 		return -EINVAL;
 	if (handle > U32_MAX)
 		return -ENOENT;
+	down_read(&pmh_removal_rwsem);
 	mutex_lock(&f->lock);
 	mr = xa_erase(&f->mrs, handle);
 	mutex_unlock(&f->lock);
-	if (!mr)
-		return -ENOENT;
-	if (flags & PMH_DEREG_KWORKER) {
+	if (mr && (flags & PMH_DEREG_KWORKER)) {
 		INIT_LIST_HEAD(&w.mrs);
 		list_add_tail(&mr->work_node, &w.mrs);
 		pmh_dereg_in_kworker(&w);
-	} else {
+	} else if (mr) {
 		pmh_mr_deregister(mr);
 	}
-	return 0;
+	up_read(&pmh_removal_rwsem);
+	return mr ? 0 : -ENOENT;
 }
 
 static long pmh_dereg_mr(struct pmh_file *f, void __user *arg)
