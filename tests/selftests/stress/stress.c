@@ -24,8 +24,9 @@
  * DMA-API debugging warns once per boot at the ninth live mapping of one cacheline, which nine
  * live registrations of one GPU page reach with any client (the NVIDIA driver maps every page of a
  * pin). --max-per-page (default 8) bounds the live registrations of each GPU page so that the
- * warning, and with it every other DMA-API report, stays meaningful; --max-per-page 0 lifts the
- * bound, for boots with DMA-API debugging off (dma_debug=off). See README.md.
+ * warning, and with it every other DMA-API report, stays meaningful, and a check holds the NVIDIA
+ * stand-in's count of live mappings per page (peak_page_mappings) to it; --max-per-page 0 lifts
+ * the bound, for boots with DMA-API debugging off (dma_debug=off). See docs/stress.md.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -253,6 +254,14 @@ struct worker {
 	int idx;
 	int gpu;
 	pthread_mutex_t lock;		/* the slots */
+	/*
+	 * Written by op_fork from before its fork() until the child has closed every descriptor it
+	 * inherited but its own; read (taken and dropped) before the registrations of a closed host
+	 * file are forgotten. A child forked by one thread inherits every other thread's host files
+	 * too, and the registrations of such a file stay live while the child holds it: counting them
+	 * gone before would let another thread's registrations take their pages past max_per_page.
+	 */
+	pthread_rwlock_t fork_lock;
 	struct galloc *slot[MAX_SLOTS];
 	volatile int stop;
 	uint64_t ops;
@@ -474,14 +483,24 @@ static int expected_errno(int e)
 	return 0;
 }
 
-/* The host file was disassociated by a device removal: everything registered through it is
- * gone; close it and open a new one. */
+/*
+ * The host file was disassociated by a device removal: everything registered through it goes;
+ * close it and open a new one. A call that sees the removal can return before the removal has
+ * deregistered this file's MRs (ib_uverbs answers -EIO as soon as the device is gone), and until
+ * then their pages are mapped; the last close waits for it (the host's pmh_removal_rwsem, as
+ * ib_uverbs' hw_destroy_rwsem). So the MRs are forgotten after the close, and after any fork in
+ * progress has let go of its copy of the file.
+ */
 static void reopen_host(struct thr *t)
 {
+	close(t->pmh);
+	pthread_rwlock_rdlock(&W.fork_lock);
+	pthread_rwlock_unlock(&W.fork_lock);
+	/* Counted here, not before the close: a worker killed while the close waits has them
+	 * counted at its exit, as live. */
 	count(C_dereg_removed_seen, t->nmrs);
 	while (t->nmrs)
 		mr_gone(t, t->nmrs - 1);
-	close(t->pmh);
 	t->pmh = pmh_open();
 }
 
@@ -762,6 +781,28 @@ out:
 }
 
 /*
+ * In a child just forked: close every descriptor from 3 up but the @n in @keep. Only close_range
+ * and close, which a child of a threaded process may call.
+ */
+static void close_all_but(const int *keep, unsigned int n)
+{
+	unsigned int from = 3, next;
+
+	for (;;) {
+		next = ~0U;
+		for (unsigned int i = 0; i < n; i++)
+			if ((unsigned int)keep[i] >= from && (unsigned int)keep[i] < next)
+				next = keep[i];
+		if (next > from && syscall(SYS_close_range, from, next - 1, 0))
+			for (unsigned int d = from; d < next && d < 65536; d++)
+				close(d);
+		if (next == ~0U)
+			return;
+		from = next + 1;
+	}
+}
+
+/*
  * fork with registrations on a file the child inherits; the parent closes its copy first, so the
  * child's exit is the last close and deregisters them, from another process; meanwhile (one in
  * two) the parent frees the memory.
@@ -770,9 +811,10 @@ static void op_fork(struct thr *t)
 {
 	struct mr ms[3];
 	unsigned int n = 0, want = 1 + below(3);
-	int fd = pmh_open(), pipefd[2], status;
+	int fd = pmh_open(), pipefd[2], ready[2], status;
 	struct galloc *freed = NULL;
 	pid_t pid;
+	char c;
 
 	if (fd < 0)
 		return;
@@ -783,16 +825,29 @@ static void op_fork(struct thr *t)
 		close(fd);
 		goto gone;
 	}
+	if (pipe(ready)) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+		close(fd);
+		goto gone;
+	}
 	__atomic_add_fetch(&me()->inflight, n, __ATOMIC_RELAXED);
+	pthread_rwlock_wrlock(&W.fork_lock);
 	pid = fork();
 	if (pid == 0) {
-		char c;
+		int keep[] = { fd, pipefd[0], ready[1] };
 
-		close(pipefd[1]);
+		close_all_but(keep, 3);
+		close(ready[1]);	/* the parent's EOF: fd is all this process holds now */
 		if (read(pipefd[0], &c, 1) < 0)
 			_exit(1);
 		_exit(0);	/* the last close of fd: the MRs go from this process */
 	}
+	close(ready[1]);
+	while (pid > 0 && read(ready[0], &c, 1) < 0 && errno == EINTR)
+		;
+	pthread_rwlock_unlock(&W.fork_lock);
+	close(ready[0]);
 	close(pipefd[0]);
 	close(fd);
 	if (pid < 0) {
@@ -823,6 +878,10 @@ static void op_fork(struct thr *t)
 	count(C_dereg_child, n);
 	__atomic_sub_fetch(&me()->inflight, n, __ATOMIC_RELAXED);
 gone:
+	/* A child another thread was forking while fd was open has closed its copy once this
+	 * returns; none forked since has one. */
+	pthread_rwlock_rdlock(&W.fork_lock);
+	pthread_rwlock_unlock(&W.fork_lock);
 	for (unsigned int i = 0; i < n; i++) {
 		give_pages(ms[i].a, ms[i].first, ms[i].npages);
 		__atomic_sub_fetch(&ms[i].a->live_mrs, 1, __ATOMIC_ACQ_REL);
@@ -952,6 +1011,7 @@ static int worker_main(int idx)
 	W.idx = idx;
 	rnd_seed(idx * 7919 + getpid(), 77);
 	pthread_mutex_init(&W.lock, NULL);
+	pthread_rwlock_init(&W.fork_lock, NULL);
 	W.gpu_first = below(2);
 	/* The lower descriptor closes first at exit: open the GPU file first to free first. */
 	if (W.gpu_first)
@@ -1504,6 +1564,13 @@ int main(int argc, char **argv)
 	check(delta(&before, &after, "kept_registrations") == 0,
 	      "no registration was kept for a driver barrier that kept failing");
 	check(delta(&before, &after, "race_gate_timeouts") == 0, "no race gate timed out");
+	/* The stand-ins were loaded for this run: the NVIDIA stand-in's peak is this run's. */
+	long long peak = gpu_counter("peak_page_mappings");
+
+	if (opt.max_per_page)
+		check(peak >= 0 && peak <= (long long)opt.max_per_page,
+		      "no GPU page had more than %u live DMA mappings at once (the NVIDIA stand-in's most: %lld; the most registrations this run let share a page: %" PRIu64 ")",
+		      opt.max_per_page, peak, counted(C_max_page_sharing));
 
 	/* What the run did, each figure named for what it counts: registrations made (the hold
 	 * phase's apart), and of those live or in flight on memory at the moment it was freed, or
