@@ -405,6 +405,51 @@ TEST_F(gpu, persistent_registration_pins_once)
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
 }
 
+/*
+ * A GPU reset is refused while the GPU is in use: while a CUDA context (an open GPU file) or a
+ * persistent pin (nvidia_dev_get_uuid's kernel client) holds it. The owner of registered memory
+ * holds it anyway; what the registration adds shows once the owner is gone. The invalidating
+ * flavour's persistent pin goes after the free's callback, so the GPU can be reset then, as with
+ * nvidia-peermem 550's invalidating client (no persistent pin); the persistent flavour keeps the
+ * memory and the GPU until the MR goes, as nvidia-peermem's persistent clients (nv_mem_nc, and
+ * 560+'s default) do.
+ */
+TEST_F(gpu, a_gpu_reset_waits_for_what_holds_the_gpu_open)
+{
+	long long refused = gpu_counter("reset_refusals"), resets = gpu_counter("resets");
+	struct pmh_reg_mr mr;
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	va = gpu_alloc(self->gpu, GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, GPU_PAGE, PMH_REG_WRITE, &mr));
+	/* The owner's context holds the GPU; so does the registration's persistent pin. */
+	EXPECT_EQ(-EBUSY, write_text(GPU_DEBUGFS "/reset", "1"));
+	EXPECT_EQ(1, gpu_counter("kernel_clients"));
+	/* The owner goes, as at its exit: its mapping and its file, the context, and with it the
+	 * memory (the mapping alone keeps the file open). */
+	ASSERT_EQ(0, munmap(va, GPU_PAGE));
+	ASSERT_EQ(0, close(self->gpu));
+	self->gpu = -1;
+	EXPECT_EQ(0, gpu_counter("user_clients"));
+	if (invalidating_mode()) {
+		EXPECT_TRUE(stat_becomes("pinned_bytes", 0));
+		EXPECT_EQ(0, gpu_counter("kernel_clients"));
+		EXPECT_EQ(0, write_text(GPU_DEBUGFS "/reset", "1"));
+		EXPECT_EQ(resets + 1, gpu_counter("resets"));
+	} else {
+		EXPECT_EQ(1, gpu_counter("kernel_clients"));
+		EXPECT_EQ(-EBUSY, write_text(GPU_DEBUGFS "/reset", "1"));
+		EXPECT_EQ(refused + 2, gpu_counter("reset_refusals"));
+	}
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	EXPECT_EQ(0, gpu_counter("kernel_clients"));
+	EXPECT_EQ(0, write_text(GPU_DEBUGFS "/reset", "1"));
+}
+
 /* The module cannot go while a registration uses it, and can once it is gone. */
 TEST_F(gpu, rmmod_refused_while_registered)
 {

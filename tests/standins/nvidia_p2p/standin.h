@@ -154,6 +154,10 @@ enum standin_fn {
 	X(half_mappings)		\
 	X(half_map_unmaps)		\
 	X(peak_page_mappings)		\
+	X(user_clients)			\
+	X(kernel_clients)		\
+	X(resets)			\
+	X(reset_refusals)		\
 	X(callback_reentries)		\
 	X(leaked_by_driver)		\
 	X(injected_failures)		\

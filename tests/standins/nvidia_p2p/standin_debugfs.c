@@ -119,6 +119,37 @@ static const struct file_operations inject_fops = {
 	.write = inject_write,
 };
 
+/*
+ * reset: a GPU reset's first question. RM answers that the GPU is in use while a user client has a
+ * device on it or an external kernel client holds it (gpuIsInUse, src/nvidia/src/kernel/gpu/
+ * gpu_rmapi.c 550:101-108, reported as NV0000_CTRL_GPU_ID_INFO_IN_USE, gpu_mgr.c:2411), and a GPU
+ * in use is not reset. user_clients counts the open GPU files (CUDA contexts), kernel_clients the
+ * nvidia_dev_get_uuid references persistent pins hold (nv-p2p.c:484, 734). A write is refused with
+ * -EBUSY then (reset_refusals), and counted as a reset otherwise; nothing else is modelled: a
+ * GPU nobody uses has nothing of ours to lose. (Unbinding the driver from the GPU waits instead
+ * while nv_open_device's usage_count is raised, nv-pci.c 550:986-1030, by the same holders.)
+ */
+static ssize_t reset_write(struct file *file, const char __user *ubuf, size_t len, loff_t *ppos)
+{
+	long long users = atomic64_read(&standin.c.user_clients);
+	long long kernel = atomic64_read(&standin.c.kernel_clients);
+
+	if (users > 0 || kernel > 0) {
+		count_inc(reset_refusals);
+		pr_info("reset: the GPU is in use: %lld user clients (CUDA contexts), %lld kernel clients (persistent pins)\n",
+			users, kernel);
+		return -EBUSY;
+	}
+	count_inc(resets);
+	return len;
+}
+
+static const struct file_operations reset_fops = {
+	.owner = THIS_MODULE,
+	.write = reset_write,
+	.llseek = noop_llseek,
+};
+
 static int counter_get(void *data, u64 *val)
 {
 	*val = atomic64_read(data);
@@ -143,6 +174,7 @@ void standin_debugfs_init(void)
 #undef X
 	debugfs_create_file("counters", 0444, dir, NULL, &counters_fops);
 	debugfs_create_file("inject", 0644, dir, NULL, &inject_fops);
+	debugfs_create_file("reset", 0200, dir, NULL, &reset_fops);
 	debugfs_create_u32("free_callback_delay_ms", 0644, dir, &standin.free_callback_delay_ms);
 	debugfs_create_u32("dma_map_fail_page", 0644, dir, &standin.dma_map_fail_page);
 	debugfs_create_bool("recycle_freed_pins", 0644, dir, &standin.recycle_freed_pins);

@@ -569,12 +569,25 @@ static int standin_mmap(struct file *file, struct vm_area_struct *vma)
 }
 
 /*
+ * An open file is a CUDA context: an RM client with a device on the GPU, which RM counts as a user
+ * of it (_gpuGetUserClientCount, src/nvidia/src/kernel/gpu/gpu_rmapi.c 550:61-97) until the
+ * context goes (the reset debugfs file).
+ */
+static int standin_open(struct inode *inode, struct file *file)
+{
+	count_inc(user_clients);
+	return 0;
+}
+
+/*
  * Process exit (or the last close): destroying the CUDA context frees what is left, under one hold
  * of the API lock as RM frees a client (rm_cleanup_file_private).
  */
 static int standin_release(struct inode *inode, struct file *file)
 {
 	struct standin_alloc *a, *victim;
+
+	count_dec(user_clients);
 
 	/* Only the task holding the lock could be refused, and it cannot be closing our file. */
 	if (WARN_ON(rm_api_lock(__func__)))
@@ -605,6 +618,7 @@ static const struct file_operations standin_fops = {
 	.unlocked_ioctl = standin_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.mmap = standin_mmap,
+	.open = standin_open,
 	.release = standin_release,
 };
 

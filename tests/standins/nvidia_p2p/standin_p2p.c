@@ -208,7 +208,7 @@ static int nv_p2p_get_pages(bool persistent, u64 p2p_token, u32 va_space, u64 va
 	unsigned int gen = READ_ONCE(generation);
 	struct nvidia_p2p_page_table *pt;
 	struct nvidia_p2p_page *page;
-	bool force_bar1 = false, got_pages = false;
+	bool force_bar1 = false, got_pages = false, device_held = false;
 	struct standin_pin *pin;
 	u32 entries = 0, i;
 	u8 *uuid = NULL;
@@ -240,6 +240,13 @@ static int nv_p2p_get_pages(bool persistent, u64 p2p_token, u32 va_space, u64 va
 		if (ret)
 			goto failed;
 		pt->gpu_uuid = uuid;
+		/*
+		 * nvidia_dev_get_uuid (550.163.01 nv-p2p.c:484): opens the device and raises RM's
+		 * external kernel client count (nv.c:5150-5195) until put_pages_persistent, so the
+		 * GPU is in use while the pin lives (the reset debugfs file).
+		 */
+		count_inc(kernel_clients);
+		device_held = true;
 		ret = rm_p2p_get_pages_persistent(va, len, pt, force_bar1, &phys, &entries);
 		if (ret)
 			goto failed;
@@ -305,6 +312,8 @@ failed:
 				va, len);
 		}
 	}
+	if (device_held)
+		count_dec(kernel_clients);	/* nvidia_dev_put_uuid on the way out (bGetUuid) */
 	nv_p2p_free_page_table(pt);
 	return ret;
 }
@@ -396,10 +405,10 @@ static int p2p_put_pages_persistent(uint64_t virtual_address,
 	}
 	race_point(RP_PUT_PAGES_PERSISTENT_BEFORE_LOCK);
 	ret = rm_p2p_put_pages_persistent(page_table);
-	if (ret)
-		return ret;
-	nv_p2p_free_page_table(page_table);
-	return 0;
+	if (!ret)
+		nv_p2p_free_page_table(page_table);
+	count_dec(kernel_clients);	/* nvidia_dev_put_uuid, whatever RM answered (nv-p2p.c:731-734) */
+	return ret;
 }
 
 /*
