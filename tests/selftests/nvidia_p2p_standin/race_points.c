@@ -290,7 +290,7 @@ TEST_F(racepoint, gate_timeout)
 	ASSERT_EQ(0, race_read(STANDIN, "get_pages.pinned", &st));
 	EXPECT_STREQ("idle", st.state);
 	EXPECT_EQ(1, st.passes);
-	EXPECT_TRUE(kmsg_has_since(mark, "nobody opened the gate within 300 ms"));
+	EXPECT_TRUE(kmsg_has_since(mark, "nobody opened it within 300 ms"));
 	EXPECT_EQ(0, probe_put(self->env.probe, h));
 	EXPECT_EQ(0, gpu_free(self->env.gpu, self->handle));
 }
