@@ -34,7 +34,7 @@ mod tests {
         }
     }
 
-    /// The facts of peer-memory-contract.md section 1 and 2 that peermem-rs's code relies on.
+    /// The facts of docs/peer-memory-contract.md sections 1 and 2 that peermem-rs's code relies on.
     #[test]
     #[cfg_attr(
         abi_no_headers,

@@ -4,7 +4,7 @@
 //!
 //! Sources of the IDs: the PCI ID database (pciutils/pciids, `pci.ids`, vendor 10de and 15b3) and
 //! NVIDIA's gpu-admin-tools (`gpu/devid_names.py`) for the Ada and Hopper entries. Which GPUs do
-//! GPUDirect RDMA: ../../../shared/reference/peer-memory-contract.md, section 5 (data-center GPUs
+//! GPUDirect RDMA: docs/peer-memory-contract.md, section 5 (data-center GPUs
 //! from Kepler on; not GB10, whose memory sits behind an SoC).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -30,8 +30,6 @@
  *   ucc             openucx/ucc src/components/tl/mlx5/tl_mlx5_context.c:
  *                   ucc_tl_mlx5_check_gpudirect_driver_cuda() (master 8263de47): CUDA memory in
  *                   tl/mlx5.
- *
- * /work/notes/gdr-detection.md (the project's notes) has the line numbers and the older history.
  */
 #include <stdio.h>
 #include <unistd.h>

@@ -2,8 +2,8 @@
 /*
  * The ib_core peer-memory client ABI, as provided by the peer-memory host stand-in.
  *
- * Written for peermem-rs from the ABI facts in peer-memory-contract.md (section 1): the same names,
- * layout and signatures as the rdma/peer_mem.h that MLNX_OFED / DOCA-OFED ship, so that a client built
+ * Written for peermem-rs from the ABI facts in docs/peer-memory-contract.md (section 1): the same
+ * names, layout and signatures as the rdma/peer_mem.h that MLNX_OFED / DOCA-OFED ship, so that a client built
  * against this header loads unchanged against a real ib_core with peer-memory support and the other way
  * round. Only the test VM uses it; on GPU nodes the build uses the OFED header.
  */
