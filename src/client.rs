@@ -91,6 +91,8 @@ struct Inner {
 #[pin_data]
 pub(crate) struct RegCtx {
     link: &'static HostLink,
+    /// The registration's GPU range, which never changes (the state machine's copy is the same).
+    range: GpuRange,
     #[pin]
     inner: SpinLock<Inner>,
     #[pin]
@@ -232,7 +234,7 @@ static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, (
 
 impl RegCtx {
     fn range(&self) -> GpuRange {
-        self.inner.lock().state.range()
+        self.range
     }
 
     /// Runs `actor` until it is done, carrying out each step of the state machine.
@@ -440,10 +442,10 @@ impl WorkItem for RegCtx {
             // reference for good (the registration and the module stay until reboot) rather than
             // free them under it.
             core::mem::forget(this);
-            return;
         }
-        // `this` goes here, perhaps the last reference and the module's with it: the workqueue
-        // core runs next, and module exit's destroy_workqueue waits for this function to return.
+        // Otherwise `this` goes here, perhaps the last reference and the module's with it: the
+        // workqueue core runs next, and module exit's destroy_workqueue waits for this function
+        // to return.
     }
 }
 
@@ -498,6 +500,7 @@ pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<A
     let ctx = Arc::pin_init(
         pin_init!(RegCtx {
             link,
+            range,
             inner <- kernel::new_spinlock!(Inner {
                 state,
                 p: None,
