@@ -31,6 +31,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "uapi/nvidia_p2p_standin.h"
 
 #define GPU_DEBUGFS "/sys/kernel/debug/nvidia_p2p_standin"
@@ -171,22 +172,13 @@ static inline void gpu_child_end(pid_t pid)
 	waitpid(pid, &status, 0);
 }
 
+/* A counter of the NVIDIA stand-in; LLONG_MIN when it cannot be read. */
 static inline long long gpu_counter(const char *name)
 {
-	char path[256], buf[64];
-	ssize_t n;
-	int fd;
+	char path[256];
 
 	snprintf(path, sizeof(path), GPU_DEBUGFS "/%s", name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	return strtoll(buf, NULL, 0);
+	return read_number(path);
 }
 
 /*

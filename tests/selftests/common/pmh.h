@@ -27,6 +27,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "uapi/peer_mem_host.h"
 
 #define PMH_DEBUGFS "/sys/kernel/debug/peer_mem_host"
@@ -98,36 +99,6 @@ static inline int pmh_dma(int fd, __u64 handle, __u64 offset, void *buf, __u64 l
 	return ioctl(fd, PMH_IOC_DMA, &d) ? -errno : 0;
 }
 
-/* The contents of a small text file, without the trailing newline. Returns 0 or -errno. */
-static inline int read_text(const char *path, char *buf, size_t size)
-{
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, size - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	while (n > 0 && buf[n - 1] == '\n')
-		buf[--n] = '\0';
-	return 0;
-}
-
-static inline int write_text(const char *path, const char *text)
-{
-	ssize_t n;
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, text, strlen(text));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
 /* The scheduler state of thread @tid of this process ('R', 'S', 'D', ...), or 0. */
 static inline char thread_state(pid_t tid)
 {
@@ -138,16 +109,6 @@ static inline char thread_state(pid_t tid)
 		return 0;
 	p = strrchr(buf, ')');
 	return p && p[1] == ' ' ? p[2] : 0;
-}
-
-/* A number in a file; LLONG_MIN if it cannot be read. */
-static inline long long read_number(const char *path)
-{
-	char buf[64];
-
-	if (read_text(path, buf, sizeof(buf)))
-		return (-9223372036854775807LL - 1);
-	return strtoll(buf, NULL, 0);
 }
 
 /* A host-wide counter in /sys/kernel/debug/peer_mem_host/. */

@@ -57,7 +57,7 @@ TEST_F(misc, every_function_exported)
 		EXPECT_TRUE(seen[i]);
 	}
 	/* The probe resolved them from this module: it holds a reference on it. */
-	EXPECT_LE(1, read_ll("/sys/module/" STANDIN "/refcnt"));
+	EXPECT_LE(1, read_number("/sys/module/" STANDIN "/refcnt"));
 }
 
 TEST_F(misc, legacy_and_rsync_functions)

@@ -61,8 +61,8 @@ TEST_F(bar1, exhaustion)
 	int probe = self->env.probe;
 	uintptr_t va;
 
-	EXPECT_EQ(variant->reserve_mib, read_ll(STANDIN_PARAMS "bar1_reserve_mib"));
-	EXPECT_EQ(0, read_ll(STANDIN_PARAMS "bar1_size_mib"));
+	EXPECT_EQ(variant->reserve_mib, read_number(STANDIN_PARAMS "bar1_reserve_mib"));
+	EXPECT_EQ(0, read_number(STANDIN_PARAMS "bar1_size_mib"));
 	va = (uintptr_t)gpu_alloc(self->env.gpu, limit + 2 * GPU_PAGE, &handle);
 	ASSERT_NE(0, va) TH_LOG("alloc %llu bytes: %s", (unsigned long long)limit, strerror(errno));
 

@@ -61,7 +61,7 @@ FIXTURE_VARIANT_ADD(gen, gen580) {
 FIXTURE_SETUP(gen)
 {
 	STANDIN_SETUP(&self->env, variant->params);
-	EXPECT_EQ(variant->generation, read_ll(STANDIN_PARAMS "generation"));
+	EXPECT_EQ(variant->generation, read_number(STANDIN_PARAMS "generation"));
 	self->va = gpu_alloc(self->env.gpu, 4 * GPU_PAGE, &self->handle);
 	ASSERT_NE(NULL, self->va) TH_LOG("gpu_alloc: %s", strerror(errno));
 }

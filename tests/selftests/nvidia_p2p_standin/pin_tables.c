@@ -105,7 +105,7 @@ TEST_F(tables, switch_version_at_runtime)
 	/* 0 goes back to the generation's layout. */
 	ASSERT_EQ(0, set_param("page_table_version", "0"));
 	ASSERT_EQ(0, read_text(STANDIN_PARAMS "page_table_version", v, sizeof(v)));
-	EXPECT_EQ(read_ll(STANDIN_PARAMS "generation") >= 580 ? 0x00020000 : 0x00010002,
+	EXPECT_EQ(read_number(STANDIN_PARAMS "generation") >= 580 ? 0x00020000 : 0x00010002,
 		  strtoul(v, NULL, 0));
 	/* Teardown frees both with their own sizes (KASAN would see a mismatch). */
 	EXPECT_EQ(0, gpu_free(self->env.gpu, handle));

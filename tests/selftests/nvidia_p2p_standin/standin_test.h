@@ -89,44 +89,6 @@ static inline bool module_file_exists(const char *name)
 
 /* ---- small file helpers ---- */
 
-static inline int read_text(const char *path, char *buf, size_t len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-		buf[--n] = '\0';
-	return 0;
-}
-
-static inline int write_text(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	ssize_t n;
-
-	if (fd < 0)
-		return -errno;
-	n = write(fd, text, strlen(text));
-	close(fd);
-	return n < 0 ? -errno : 0;
-}
-
-static inline long long read_ll(const char *path)
-{
-	char buf[64];
-
-	if (read_text(path, buf, sizeof(buf)))
-		return -1;
-	return strtoll(buf, NULL, 0);
-}
-
 static inline int set_param(const char *name, const char *value)
 {
 	char path[256];
