@@ -293,6 +293,7 @@ build() {
         mkdir -p "$next" "$out/modules/packaging/ofed-next"
         cp -r "$inc" "$next/include"
         cp -r "$REPO_ROOT/tests/standins/peer_mem_host" "$next/peer_mem_host"
+        cp -r "$REPO_ROOT/tests/standins/common" "$next/common"  # the race engine pmh_race.c includes
         sed -i 's/^\(typedef int (\*invalidate_peer_memory)(void \*reg_handle, \)u64 core_context);$/\1unsigned long long core_context);/' \
             "$next/include/rdma/peer_mem.h"
         grep -q 'invalidate_peer_memory)(void \*reg_handle, unsigned long long core_context);' "$next/include/rdma/peer_mem.h" ||
