@@ -487,9 +487,10 @@ static int expected_errno(int e)
  * The host file was disassociated by a device removal: everything registered through it goes;
  * close it and open a new one. A call that sees the removal can return before the removal has
  * deregistered this file's MRs (ib_uverbs answers -EIO as soon as the device is gone), and until
- * then their pages are mapped; the last close waits for it (the host's pmh_removal_rwsem, as
- * ib_uverbs' hw_destroy_rwsem). So the MRs are forgotten after the close, and after any fork in
- * progress has let go of its copy of the file.
+ * then their pages are mapped; the last close waits for it (the host's destroy_rwsem, as
+ * ib_uverbs' hw_destroy_rwsem), or deregisters what the removal has not reached yet. So the MRs
+ * are forgotten after the close, and after any fork in progress has let go of its copy of the
+ * file.
  */
 static void reopen_host(struct thr *t)
 {

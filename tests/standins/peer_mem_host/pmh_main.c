@@ -41,8 +41,9 @@ MODULE_PARM_DESC(trim_sgl,
 
 /*
  * Read at each device removal. ib_uverbs disassociates the files of a device that goes away:
- * every later command on them fails with -EIO until they are closed (ib_uverbs_ioctl/_write find
- * no ib_dev). 0 keeps the files usable, which the tests written before this knob rely on.
+ * every later command on them but a destroy fails with -EIO until they are closed
+ * (rdma_core.c:400-409 at 25.10); here deregistrations fail too (README.md says so). 0 keeps the
+ * files usable, which the tests written before this knob rely on.
  */
 static bool pmh_disassociate;
 module_param_named(disassociate, pmh_disassociate, bool, 0644);
@@ -89,6 +90,17 @@ struct pmh_file {
 	struct xarray mrs;	/* handle -> struct pmh_mr */
 	struct list_head node;	/* in pmh_files, for device removal */
 	bool disassociated;	/* a device removal went by (with disassociate=1): -EIO */
+	/*
+	 * ib_uverbs' hw_destroy_rwsem: a device removal destroys this file's MRs under it held for
+	 * write (uverbs_destroy_ufile_hw, rdma_core.c:930-952 at 25.10, called file by file from
+	 * ib_uverbs_free_hw_resources, uverbs_main.c:1222-1252); a user's destroy takes it for read
+	 * (uobj_destroy, rdma_core.c:189-215) and the last close for write (ib_uverbs_close,
+	 * uverbs_main.c:1012-1016). So a deregistration or a last close that meets the removal of
+	 * this file's MRs returns once they are gone, while those of files the removal has not
+	 * reached yet go on in their own task. Taken before the file's lock; the kworker never takes
+	 * it.
+	 */
+	struct rw_semaphore destroy_rwsem;
 };
 
 /* Every open file, for device removal; taken before a file's lock. */
@@ -96,18 +108,6 @@ static DEFINE_MUTEX(pmh_files_lock);
 static LIST_HEAD(pmh_files);
 /* Deregistrations that do not run in the calling task (device removal, PMH_DEREG_KWORKER). */
 static struct workqueue_struct *pmh_wq;
-/*
- * ib_uverbs destroys a file's objects on device removal under the file's hw_destroy_rwsem held for
- * write (uverbs_destroy_ufile_hw, rdma_core.c:930-952 at 25.10, called per file from
- * ib_uverbs_free_hw_resources, uverbs_main.c:1222-1250); a user's destroy of an object takes it for
- * read (uobj_destroy, rdma_core.c:189-215) and the last close for write (ib_uverbs_close,
- * uverbs_main.c:1012-1016). So a deregistration or a last close that meets a removal returns only
- * once the removal has destroyed that file's MRs. The stand-in takes every file's MRs at once, so
- * one rwsem stands for every file's: pmh_remove_device holds it for write from taking the MRs until
- * its kworker is done, pmh_dereg_handle and pmh_release for read. Taken before pmh_files_lock and
- * a file's lock; nothing waits for a task that waits for it (the kworker never takes it).
- */
-static DECLARE_RWSEM(pmh_removal_rwsem);
 
 static int pmh_open(struct inode *inode, struct file *file)
 {
@@ -116,6 +116,7 @@ static int pmh_open(struct inode *inode, struct file *file)
 	if (!f)
 		return -ENOMEM;
 	mutex_init(&f->lock);
+	init_rwsem(&f->destroy_rwsem);
 	xa_init_flags(&f->mrs, XA_FLAGS_ALLOC1);
 	file->private_data = f;
 	mutex_lock(&pmh_files_lock);
@@ -134,16 +135,17 @@ static int pmh_release(struct inode *inode, struct file *file)
 	struct pmh_mr *mr;
 	unsigned long handle;
 
-	down_read(&pmh_removal_rwsem);
-	mutex_lock(&pmh_files_lock);
-	list_del(&f->node);
-	mutex_unlock(&pmh_files_lock);
+	down_write(&f->destroy_rwsem);
 	xa_for_each(&f->mrs, handle, mr) {
 		xa_erase(&f->mrs, handle);
 		pmh_mr_deregister(mr);
 		atomic_inc(&pmh_counters.close_deregs);
 	}
-	up_read(&pmh_removal_rwsem);
+	up_write(&f->destroy_rwsem);
+	/* A removal holds the list to the end: the file stays until it is done (its kref, there). */
+	mutex_lock(&pmh_files_lock);
+	list_del(&f->node);
+	mutex_unlock(&pmh_files_lock);
 	xa_destroy(&f->mrs);
 	mutex_destroy(&f->lock);
 	kfree(f);
@@ -184,35 +186,40 @@ static int pmh_dereg_in_kworker(struct pmh_dereg_work *w)
 }
 
 /*
- * Device removal: ib_uverbs disassociates every file of the device and destroys their objects
- * (RDMA_REMOVE_DRIVER_REMOVE) from the remover's context, which for hot unplug, a driver reload
- * or mlx5's health recovery is a kworker. Every MR of every open file goes, from the host's
- * workqueue; the files stay usable.
+ * Device removal: ib_uverbs disassociates every file of the device, then destroys their objects
+ * (RDMA_REMOVE_DRIVER_REMOVE) file by file, from the remover's context, which for hot unplug, a
+ * driver reload or mlx5's health recovery is a kworker (ib_uverbs_free_hw_resources,
+ * uverbs_main.c:1222-1252 at 25.10). Here every MR of every open file goes from the host's
+ * workqueue, one file at a time under its destroy_rwsem; the files stay usable unless
+ * disassociate=1. pmh_files_lock is held to the end, as ib_uverbs holds a reference on the file it
+ * destroys: a file closed meanwhile deregisters its own MRs, then waits here to leave the list.
  */
 static long pmh_remove_device(void)
 {
-	struct pmh_dereg_work w = { .device_removal = true };
 	struct pmh_file *f;
 	struct pmh_mr *mr;
 	unsigned long handle;
-	int n;
+	int n = 0;
 
-	INIT_LIST_HEAD(&w.mrs);
-	down_write(&pmh_removal_rwsem);
 	mutex_lock(&pmh_files_lock);
+	if (READ_ONCE(pmh_disassociate))
+		list_for_each_entry(f, &pmh_files, node)
+			WRITE_ONCE(f->disassociated, true);
 	list_for_each_entry(f, &pmh_files, node) {
+		struct pmh_dereg_work w = { .device_removal = true };
+
+		INIT_LIST_HEAD(&w.mrs);
+		down_write(&f->destroy_rwsem);
 		mutex_lock(&f->lock);
 		xa_for_each(&f->mrs, handle, mr) {
 			xa_erase(&f->mrs, handle);
 			list_add_tail(&mr->work_node, &w.mrs);
 		}
-		if (READ_ONCE(pmh_disassociate))
-			f->disassociated = true;
 		mutex_unlock(&f->lock);
+		n += pmh_dereg_in_kworker(&w);
+		up_write(&f->destroy_rwsem);
 	}
 	mutex_unlock(&pmh_files_lock);
-	n = pmh_dereg_in_kworker(&w);
-	up_write(&pmh_removal_rwsem);
 	return n;
 }
 
@@ -292,7 +299,7 @@ static long pmh_dereg_handle(struct pmh_file *f, u64 handle, u32 flags)
 		return -EINVAL;
 	if (handle > U32_MAX)
 		return -ENOENT;
-	down_read(&pmh_removal_rwsem);
+	down_read(&f->destroy_rwsem);
 	mutex_lock(&f->lock);
 	mr = xa_erase(&f->mrs, handle);
 	mutex_unlock(&f->lock);
@@ -303,7 +310,7 @@ static long pmh_dereg_handle(struct pmh_file *f, u64 handle, u32 flags)
 	} else if (mr) {
 		pmh_mr_deregister(mr);
 	}
-	up_read(&pmh_removal_rwsem);
+	up_read(&f->destroy_rwsem);
 	return mr ? 0 : -ENOENT;
 }
 
