@@ -25,16 +25,16 @@ static struct kmem_cache *page_cache;
 
 /*
  * The stand-in's own bookkeeping, not nvidia.ko's: how many live DMA mappings each GPU page has,
- * by physical address, and in peak_page_mappings the most one page has had at once. Counted in
- * step with the DMA API: up right after dma_map_resource() succeeds, down right before
- * dma_unmap_resource(). DMA-API debugging warns once per boot when one cacheline has more than
- * seven overlapping live mappings (kernel/dma/debug.c, ACTIVE_CACHELINE_MAX_OVERLAP) and is silent
- * after that and on kernels without it; this is the same count for every mapping on every kernel,
- * for a test that bounds the sharing of a page (stress --max-per-page). page_mappings_lock is a
- * leaf: taken in process context (under the API lock when mapping, under nothing or the pin's
- * semaphore released when unmapping), nothing is called under it but the xarray's own. A page
- * whose count could not be stored (no memory) is left uncounted, so the peak is a lower bound
- * then; the tests that read it keep failslab off the stand-in's allocations.
+ * by physical address, and in peak_page_mappings the most one page has had at once. Counted so
+ * that it is never less than what DMA-API debugging counts: up before dma_map_resource() (down
+ * again if it fails), down after dma_unmap_resource(). DMA-API debugging warns once per boot when
+ * one cacheline has more than seven overlapping live mappings (kernel/dma/debug.c,
+ * ACTIVE_CACHELINE_MAX_OVERLAP) and is silent after that and on kernels without it; this count
+ * holds on every kernel, for a test that bounds the sharing of a page (stress --max-per-page).
+ * page_mappings_lock is a leaf: taken in process context (under the API lock when mapping, under
+ * nothing when unmapping), nothing is called under it but the xarray's own, whose allocations
+ * cannot fail (__GFP_NOFAIL, which failslab also leaves alone: stress injects failures into
+ * allocations made under the client's calls, these included).
  */
 static DEFINE_MUTEX(page_mappings_lock);
 static DEFINE_XARRAY(page_mappings);
@@ -50,9 +50,10 @@ void standin_page_mapping(u64 phys, bool mapped)
 			xa_store(&page_mappings, idx, xa_mk_value(n - 1), GFP_KERNEL);
 		else
 			xa_erase(&page_mappings, idx);
-	} else if (!xa_is_err(xa_store(&page_mappings, idx, xa_mk_value(n + 1), GFP_KERNEL)) &&
-		   n + 1 > atomic64_read(&standin.c.peak_page_mappings)) {
-		atomic64_set(&standin.c.peak_page_mappings, n + 1);
+	} else {
+		xa_store(&page_mappings, idx, xa_mk_value(n + 1), GFP_KERNEL | __GFP_NOFAIL);
+		if (n + 1 > atomic64_read(&standin.c.peak_page_mappings))
+			atomic64_set(&standin.c.peak_page_mappings, n + 1);
 	}
 	mutex_unlock(&page_mappings_lock);
 }
@@ -129,9 +130,9 @@ static void nv_p2p_free_dma_mapping(struct standin_dma_map *map)
 			count_inc(half_map_unmaps);
 			continue;
 		}
-		standin_page_mapping(map->phys[i], false);
 		dma_unmap_resource(&m->pci_dev->dev, m->dma_addresses[i], GPU_PAGE_SIZE,
 				   DMA_BIDIRECTIONAL, 0);
+		standin_page_mapping(map->phys[i], false);
 	}
 	kfree(map->phys);
 	bitmap_free(map->unmapped);

@@ -665,10 +665,15 @@ int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, c
 		else if (!peer_can_reach(peer, dma[i]))
 			pr_err("dma_map_pages: %s cannot address %#llx (DMA mask %#llx)\n",
 			       pci_name(peer), dma[i], dma_get_mask(&peer->dev));
-		else
-			addr = dma_map_resource(&peer->dev, dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-		if (!dma_mapping_error(&peer->dev, addr)) {
+		else {
+			/* Counted before the mapping exists and uncounted if it fails: never less than
+			 * what DMA-API debugging counts. */
 			standin_page_mapping(phys[i], true);
+			addr = dma_map_resource(&peer->dev, dma[i], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+			if (dma_mapping_error(&peer->dev, addr))
+				standin_page_mapping(phys[i], false);
+		}
+		if (!dma_mapping_error(&peer->dev, addr)) {
 			dma[i] = addr;
 			ret = 0;
 			continue;
@@ -687,8 +692,8 @@ int rm_p2p_dma_map_pages(struct pci_dev *peer, const u8 *uuid, u32 page_count, c
 			if (test_and_set_bit(j, gone))
 				count_inc(half_map_unmaps);
 			else {
-				standin_page_mapping(phys[j], false);
 				dma_unmap_resource(&peer->dev, dma[j], GPU_PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+				standin_page_mapping(phys[j], false);
 			}
 		}
 	}
