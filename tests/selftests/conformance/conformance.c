@@ -170,10 +170,12 @@ static void take(struct snapshot *s)
 				if (!strncmp(name, "ns_", 3) || !strcmp(name, "cost_model_ns"))
 					continue;
 				/*
-				 * The stand-in's own bookkeeping, read from what is compared already:
-				 * kernel_clients are the live persistent pins (total_persistent_pins,
-				 * left.gpu.live_pins), peak_page_mappings follows the DMA mappings
-				 * (total_dma_mappings), user_clients counts this test's own GPU files.
+				 * The stand-in's own bookkeeping: kernel_clients are the live persistent
+				 * pins (compared through total_persistent_pins and left.gpu.live_pins),
+				 * user_clients counts this test's own GPU files, and peak_page_mappings,
+				 * a high-water mark since load, depends on what earlier scenarios left
+				 * mapped; a client that maps a page more often shows in
+				 * total_dma_mappings.
 				 */
 				if (!strcmp(name, "kernel_clients") || !strcmp(name, "user_clients") ||
 				    !strcmp(name, "peak_page_mappings"))

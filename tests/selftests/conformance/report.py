@@ -149,8 +149,8 @@ the clients that took the memory, SG lists (DMA addresses relative to the GPU me
 the `memory_peers` statistics, whether and when an invalidation reached the host (state,
 invalidation count, time relative to the cudaFree, `unmapped_by_invalidation`), the module's
 reference count, every counter of the host and the NVIDIA stand-in (but time spent, and three of
-the stand-in's own counts read from ones compared: `kernel_clients`, `user_clients`,
-`peak_page_mappings`), and every live object left behind. A difference fails the test unless an entry of `tests/selftests/conformance/differences`
+the stand-in's own counts: `kernel_clients` and `user_clients`, read from pins and files compared
+already, and the high-water mark `peak_page_mappings`), and every live object left behind. A difference fails the test unless an entry of `tests/selftests/conformance/differences`
 states it: over scenarios it names (no globs, no wildcard values), the exact values of both modules
 or peermem-rs's as nvidia-peermem's plus or minus a number, with its reason and the entry of
 README.md's "Differences from nvidia-peermem" that documents it. One entry per scenario and key; an

@@ -406,15 +406,16 @@ TEST_F(gpu, persistent_registration_pins_once)
 }
 
 /*
- * A GPU reset is refused while the GPU is in use: while a CUDA context (an open GPU file) or a
- * persistent pin (nvidia_dev_get_uuid's kernel client) holds it. The owner of registered memory
+ * A GPU reset is refused while the GPU is in use (the stand-in's model of nvidia-smi's refusal of a
+ * GPU RM reports in use): while a CUDA context (an open GPU file) or a persistent pin
+ * (nvidia_dev_get_uuid's kernel client) holds it. The owner of registered memory
  * holds it anyway; what the registration adds shows once the owner is gone. The invalidating
  * flavour's persistent pin goes after the free's callback, so the GPU can be reset then, as with
  * nvidia-peermem 550's invalidating client (no persistent pin); the persistent flavour keeps the
  * memory and the GPU until the MR goes, as nvidia-peermem's persistent clients (nv_mem_nc, and
  * 560+'s default) do.
  */
-TEST_F(gpu, a_gpu_reset_waits_for_what_holds_the_gpu_open)
+TEST_F(gpu, a_gpu_reset_is_refused_while_a_context_or_a_persistent_pin_holds_it)
 {
 	long long refused = gpu_counter("reset_refusals"), resets = gpu_counter("resets");
 	struct pmh_reg_mr mr;

@@ -824,12 +824,14 @@ static void op_fork(struct thr *t)
 			n++;
 	if (pipe(pipefd)) {
 		close(fd);
+		count(C_dereg_close_own, n);	/* our close was the last */
 		goto gone;
 	}
 	if (pipe(ready)) {
 		close(pipefd[0]);
 		close(pipefd[1]);
 		close(fd);
+		count(C_dereg_close_own, n);
 		goto gone;
 	}
 	__atomic_add_fetch(&me()->inflight, n, __ATOMIC_RELAXED);
