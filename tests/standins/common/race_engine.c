@@ -56,6 +56,14 @@ struct race_engine {
 	void (*timed_out)(void);	/* counts a gate nobody opened in time (race_gate_timeouts) */
 };
 
+/* A stand-in's engine @var: its @nr points named by @point_names, @on_timeout counting timeouts. */
+#define DEFINE_RACE_ENGINE(var, point_names, nr, on_timeout)			\
+	static struct race_slot var##_slots[nr];				\
+	static struct race_engine var = {					\
+		.names = point_names, .count = nr,				\
+		.slots = var##_slots, .timed_out = on_timeout,			\
+	}
+
 static bool race_released(struct race_engine *e, struct race_slot *p, u32 gen)
 {
 	bool released;

@@ -570,8 +570,9 @@ static int standin_mmap(struct file *file, struct vm_area_struct *vma)
 
 /*
  * An open file is a CUDA context: an RM client with a device on the GPU, which RM counts as a user
- * of it (_gpuGetUserClientCount, src/nvidia/src/kernel/gpu/gpu_rmapi.c 550:61-97) until the
- * context goes (the reset debugfs file).
+ * of it (_gpuGetUserClientCount, src/nvidia/src/kernel/gpu/gpu_rmapi.c 550:60-98) until the
+ * context goes (the reset debugfs file). Every open file counts, with a device or not: harsher
+ * than RM, so at worst a reset is refused too often.
  */
 static int standin_open(struct inode *inode, struct file *file)
 {

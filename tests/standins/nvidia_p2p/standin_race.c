@@ -26,19 +26,12 @@ static const char *const rp_names[RP_COUNT] = {
 	[RP_TEARDOWN_AFTER_CALLBACK] = "teardown.after_callback",
 };
 
-static struct race_slot slots[RP_COUNT];
-
 static void gate_timed_out(void)
 {
 	count_inc(race_gate_timeouts);
 }
 
-static struct race_engine engine = {
-	.names = rp_names,
-	.count = RP_COUNT,
-	.slots = slots,
-	.timed_out = gate_timed_out,
-};
+DEFINE_RACE_ENGINE(engine, rp_names, RP_COUNT, gate_timed_out);
 
 void race_point(enum race_point which)
 {

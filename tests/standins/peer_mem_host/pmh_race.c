@@ -26,19 +26,12 @@ static const char *const names[PMH_RACE_NR] = {
 	[PMH_RACE_REGISTER_REFUSED] = "register.refused",
 };
 
-static struct race_slot slots[PMH_RACE_NR];
-
 static void gate_timed_out(void)
 {
 	atomic_inc(&pmh_counters.race_gate_timeouts);
 }
 
-static struct race_engine engine = {
-	.names = names,
-	.count = PMH_RACE_NR,
-	.slots = slots,
-	.timed_out = gate_timed_out,
-};
+DEFINE_RACE_ENGINE(engine, names, PMH_RACE_NR, gate_timed_out);
 
 void pmh_race(enum pmh_race_point point)
 {
