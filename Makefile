@@ -19,7 +19,7 @@
 #                  nvidia-peermem on a non-debug kernel, cost model off and on; writes
 #                  BENCHMARKS.md (tests/bench/bench.py, BENCH_ARGS; not part of make check)
 #
-# On a GPU node (see "Installing on GPU nodes" in README.md):
+# On a GPU node (see "Installing on a GPU node" in README.md):
 #   make KDIR=/lib/modules/$(uname -r)/build     build for a real kernel; packaging/configure.sh finds
 #                                                and checks rustc, the NVIDIA tree and MLNX_OFED
 #   sudo make dkms-install [MODULES_LOAD=1]      install with DKMS (rebuilt on every kernel update)

@@ -42,7 +42,7 @@
 # built with GCC, release RELEASE), and step 1 installs what Ubuntu's linux-headers-RELEASE,
 # linux-headers-ABI (the common part) and linux-lib-rust-RELEASE packages install, laid out the way
 # Ubuntu's debian/rules.d/2-binary-arch.mk and debian/scripts/link-lib-rust lay them out
-# (README, "Kernels"): /usr/src/linux-headers-RELEASE with the flavour's .config, Module.symvers,
+# (docs/building.md): /usr/src/linux-headers-RELEASE with the flavour's .config, Module.symvers,
 # generated headers and built scripts, links into /usr/src/linux-headers-ABI for the rest, and
 # rust -> ../linux-lib-rust-RELEASE/rust, the kernel crate's metadata. The Rust compiler is then
 # found only under Ubuntu's versioned name (rustc-1.NN, bindgen-0.NN), as on such a node. Its

@@ -5,14 +5,15 @@
 # and a Markdown report.
 #
 #   awk -f compare.awk -v variant=switch -v run=switch -v host=no_memory_peers -v report=FILE \
-#       -v rca=0 -v rcb=0 scenarios differences README.md nvidia_peermem.obs peermem_rs.obs
+#       -v rca=0 -v rcb=0 scenarios differences differences.md nvidia_peermem.obs peermem_rs.obs
 #
 # `scenarios` pins the scenarios of each run (`run`: switch, split or memory_peers; a "findings"
 # run is not pinned). `differences` states each documented difference as a relation over named
 # scenarios and keys, and says the rules this program holds it to: no globs and no wildcard values;
 # no scenario and key named twice for one host (`host`: memory_peers or no_memory_peers); every
 # difference named and seen as stated; and every entry's difference seen in each of its scenarios
-# that ran against both modules. The README anchor an entry names must exist.
+# that ran against both modules. The anchor an entry names must exist in differences.md (the
+# repository's docs/differences.md, installed beside this program).
 # Written for busybox awk (the test VM has nothing else).
 
 function bad(msg) {
@@ -46,8 +47,8 @@ function md_text(t, underscores_are_spaces) {
 	return t
 }
 
-function readme_link(anchor) {
-	return "[" anchor "](../README.md#" anchor ")"
+function doc_link(anchor) {
+	return "[" anchor "](differences.md#" anchor ")"
 }
 
 BEGIN {
@@ -165,7 +166,7 @@ file == 2 {
 	next
 }
 
-# The README's anchors: <a id="..."></a>.
+# docs/differences.md's anchors: <a id="..."></a>.
 file == 3 {
 	line = $0
 	while (match(line, /id="[^"]+"/)) {
@@ -297,7 +298,7 @@ END {
 				continue
 			}
 			if (!(danchor[e] in anchors)) {
-				printf "# %s: %s: the README has no entry #%s\n", s, k, danchor[e]
+				printf "# %s: %s: docs/differences.md has no entry #%s\n", s, k, danchor[e]
 				missing_anchor = 1
 			}
 			dete[ndetail] = e
@@ -323,7 +324,7 @@ END {
 			split(used, u, " ")
 			result = "different:"
 			for (x = 1; x in u; x++)
-				result = result " " readme_link(u[x])
+				result = result " " doc_link(u[x])
 		} else {
 			print "ok " n " " s ": same"
 			result = "same"
@@ -350,9 +351,9 @@ END {
 	}
 	n++
 	if (!missing_anchor && !bad_list)
-		print "ok " n " the differences list follows its rules, and every entry has its README anchor"
+		print "ok " n " the differences list follows its rules, and every entry has its anchor in docs/differences.md"
 	else {
-		print "not ok " n " the differences list breaks its rules, or an entry has no README anchor"
+		print "not ok " n " the differences list breaks its rules, or an entry has no anchor in docs/differences.md"
 		fails++
 	}
 
@@ -364,7 +365,7 @@ END {
 		print "|---|---|---|---|---|---|" > report
 		for (i = 1; i <= ndetail; i++) {
 			e = dete[i]
-			why = e ? md_text(dreason[e], 0) " (" readme_link(danchor[e]) ")" : "**NOT AS DOCUMENTED**"
+			why = e ? md_text(dreason[e], 0) " (" doc_link(danchor[e]) ")" : "**NOT AS DOCUMENTED**"
 			printf "| `%s` | `%s` | `%s` | `%s` | %s | %s |\n", dets[i], detk[i], detva[i], detvb[i],
 			       e ? dline[e] : "-", why > report
 		}

@@ -3,7 +3,7 @@
 """Checks of compare.awk's rules, as KTAP (a host script of tests/run_tests.py).
 
 Each check runs compare.awk, with the busybox awk the test VM has (from the build root), on a small
-run made up here: a pinned scenario list, a differences list, a README with its anchors, and the
+run made up here: a pinned scenario list, a differences list, a differences page with its anchors, and the
 observations of both modules. One rule each: a difference must be named and seen as stated; an
 entry's difference must be seen; no glob, wildcard value or scenario outside the pinned list; one
 entry per scenario and key of a host; the pinned list must be the run's; a scenario must run
@@ -31,7 +31,7 @@ switch free.one
 memory_peers reg.one
 """
 
-README = '<a id="diff-a"></a> <a id="diff-b"></a>\n'
+DOC = '<a id="diff-a"></a> <a id="diff-b"></a>\n'
 
 DIFFERENCES = """\
 set regs reg.one reg.two
@@ -72,13 +72,13 @@ def compare(tmp, nv=NV, rs=RS, differences=DIFFERENCES, scenarios=SCENARIOS, run
     d = Path(tmp)
     (d / "scenarios").write_text(scenarios)
     (d / "differences").write_text(differences)
-    (d / "README.md").write_text(README)
+    (d / "differences.md").write_text(DOC)
     (d / "a.obs").write_text(nv_text if nv_text is not None else obs(nv))
     (d / "b.obs").write_text(obs(rs))
     res = subprocess.run([str(BUSYBOX), "awk", "-f", str(HERE / "compare.awk"), "-v", "variant=switch",
                           "-v", f"run={run}", "-v", f"host={host}", "-v", f"report={d / 'report.md'}",
                           "-v", "rca=0", "-v", "rcb=0", str(d / "scenarios"), str(d / "differences"),
-                          str(d / "README.md"), str(d / "a.obs"), str(d / "b.obs")],
+                          str(d / "differences.md"), str(d / "a.obs"), str(d / "b.obs")],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return res.returncode, res.stdout
 
@@ -123,7 +123,8 @@ def main():
                ["not ok 6 free.one: not as documented: d.gpu.stale_put_pages(nvidia_peermem=-,peermem_rs=1: "
                 "undocumented)"],
                differences=DIFFERENCES.replace("diff both free.one", "diff memory_peers free.one"))
-        expect("a README anchor that does not exist fails", 1, ["the README has no entry #diff-c", "not ok 8"],
+        expect("an anchor that docs/differences.md does not have fails", 1,
+               ["docs/differences.md has no entry #diff-c", "not ok 8"],
                differences=DIFFERENCES.replace("diff-b the work", "diff-c the work"))
         expect("a pinned scenario that did not run fails", 1,
                ["not ok 3 the scenarios are not those scenarios lists for switch: missing:free.one"],

@@ -239,7 +239,7 @@ static void ob_refcnt(const char *key)
 
 /*
  * peermem-rs's invalidating client finishes a teardown in its work item, which holds a module
- * reference until the driver's teardown has returned and it has let go of its pins (README,
+ * reference until the driver's teardown has returned and it has let go of its pins (docs/differences.md,
  * diff-two-pins). Every scenario ends with nothing registered, so end() gives that item up to 5 s
  * before it reads the counters and the refcount: what the item does after the scenario's last call
  * (an unpin, put_pages of the notification pin, the module reference) is then counted the same on a
@@ -1155,7 +1155,7 @@ static void free_while_registered(const char *name, const char *desc, unsigned i
 		t1 = now_ns();
 		query("after_free", mr.handle, info.phys_addr, t0, t1);
 		/* peermem-rs's invalidating client lets go of its persistent pin from its work item, a
-		 * moment after the callback (README, diff-two-pins): on a busy host that moment was
+		 * moment after the callback (docs/differences.md, diff-two-pins): on a busy host that moment was
 		 * later than this read once. Give it up to 5 s; what is still pinned then counts. */
 		for (int i = 0; i < 500 && !strcmp(target.name, "peermem_rs") &&
 				!(flags & PMH_REG_NO_INVALIDATE) && gpu_counter("live_pins") > 0; i++)

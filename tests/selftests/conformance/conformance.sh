@@ -4,7 +4,8 @@
 # reference) and against peermem-rs in the same configuration (persistent_api_support=0: an
 # invalidating nv_mem plus a persistent nv_mem_nc, which is all 550 has), in this one VM boot, from
 # freshly loaded stand-ins each time. Every observation that differs must be listed in
-# `differences` with its reason and the README entry that documents it; anything else fails.
+# `differences` with its reason and the entry of docs/differences.md that documents it; anything
+# else fails.
 #
 #   conformance.sh              the scenarios of this VM variant's layout (PEERMEM_LAYOUT: switch or split),
 #                               on the peer-memory host of current kernels (sysfs=0: no
@@ -96,7 +97,7 @@ set +f
 stop=$(cut -d' ' -f1 /proc/uptime)
 
 awk -f compare.awk -v variant="$variant" -v run=$run -v host=$host -v report="$out/$name.md" \
-	-v rca=$rca -v rcb=$rcb scenarios differences README.md \
+	-v rca=$rca -v rcb=$rcb scenarios differences differences.md \
 	"$out/$name-nvidia_peermem.obs" "$out/$name-peermem_rs.obs"
 rc=$?
 awk -v s="$start" -v m="$mid" -v e="$stop" 'BEGIN {

@@ -153,7 +153,7 @@ the stand-in's own counts: `kernel_clients` and `user_clients`, read from pins a
 already, and the high-water mark `peak_page_mappings`), and every live object left behind. A difference fails the test unless an entry of `tests/selftests/conformance/differences`
 states it: over scenarios it names (no globs, no wildcard values), the exact values of both modules
 or peermem-rs's as nvidia-peermem's plus or minus a number, with its reason and the entry of
-README.md's "Differences from nvidia-peermem" that documents it. One entry per scenario and key; an
+[differences.md](differences.md) that documents it. One entry per scenario and key; an
 entry whose difference is not seen in a scenario it names fails that scenario too; and the
 scenarios of each run are pinned in `tests/selftests/conformance/scenarios`.
 
