@@ -42,24 +42,9 @@ for c in $combos; do
 	pas=${c%%:*}; rest=${c#*:}; pds=${rest%%:*}; ptv=${rest#*:}
 	[ "$ptv" = 0x00020000 ] && layout=2.0 || layout=1.2
 	desc="persistent_api_support=$pas peerdirect_support=$pds page_table=$layout host $host"
-	if ! unload_all || ! load_standins $nv_params page_table_version=$ptv -- $host ||
-	   ! insmod "$ko" persistent_api_support=$pas peerdirect_support=$pds; then
-		ktap_test_fail "$desc # cannot load the modules"
-		continue
-	fi
-	echo "# $desc"
-	rcfile=/tmp/client_test.rc.$$
-	( ./client_test $filter 2>&1; echo $? > $rcfile ) | sed -e 's/^/# /'
-	rc=$(cat $rcfile)
-	rm -f $rcfile
-	if ! unload_all; then
-		ktap_test_fail "$desc # modules could not be unloaded"
-	elif [ "$rc" = 0 ]; then
-		ktap_test_pass "$desc"
-	elif [ "$rc" = 4 ]; then
-		ktap_test_skip "$desc"
-	else
-		ktap_test_fail "$desc # client_test exit $rc"
-	fi
+	run_config "$desc" \
+		"load_standins $nv_params page_table_version=$ptv -- $host &&
+		 insmod $ko persistent_api_support=$pas peerdirect_support=$pds" \
+		./client_test $filter
 done
 ktap_finished

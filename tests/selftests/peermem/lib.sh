@@ -36,6 +36,42 @@ load_standins() {
 	insmod "$PEERMEM_MODULES/nvidia_p2p_standin.ko" $nv && insmod "$PEERMEM_MODULES/peer_mem_host.ko" "$@"
 }
 
+# as_diagnostics COMMAND...: runs COMMAND with its output (stdout and stderr) as KTAP diagnostic
+# lines, and sets rc to its exit status (a pipeline would give sed's).
+as_diagnostics() {
+	_rcfile=/tmp/as_diagnostics.rc.$$
+	( "$@" 2>&1; echo $? > $_rcfile ) | sed -e 's/^/# /'
+	rc=$(cat $_rcfile)
+	rm -f $_rcfile
+}
+
+# run_config DESCRIPTION LOAD PROGRAM [ARG...]: one KTAP test line for one configuration of a
+# matrix (client_matrix.sh, race_matrix.sh). Unloads everything, runs the shell command LOAD (which
+# loads the stand-ins and the client in that configuration), runs PROGRAM (a kselftest harness
+# program) with its output as KTAP diagnostics, and unloads again. Passes on PROGRAM's exit 0,
+# skips on 4 (kselftest's skip), fails on anything else and when loading or unloading fails.
+run_config() {
+	_desc=$1
+	_load=$2
+	shift 2
+	if ! unload_all || ! eval "$_load"; then
+		ktap_test_fail "$_desc # cannot load the modules"
+		return
+	fi
+	echo "# $_desc"
+	as_diagnostics "$@"
+	_rc=$rc
+	if ! unload_all; then
+		ktap_test_fail "$_desc # modules could not be unloaded"
+	elif [ "$_rc" = 0 ]; then
+		ktap_test_pass "$_desc"
+	elif [ "$_rc" = 4 ]; then
+		ktap_test_skip "$_desc"
+	else
+		ktap_test_fail "$_desc # ${1##*/} exit $_rc"
+	fi
+}
+
 # not COMMAND...: COMMAND fails.
 not() {
 	! "$@"

@@ -50,23 +50,9 @@ for c in $configs; do
 		filter=$(sed -n "s/^$key //p" nvidia_peermem_clean | tr ' ' '\n' | sed -n 's/./-r race.&/p' | tr '\n' ' ')
 		[ -n "$all_windows" ] && filter=""
 	fi
-	if ! unload_all || ! load_standins || ! insmod "$ko" persistent_api_support=$pas peerdirect_support=$pds; then
-		ktap_test_fail "$desc # cannot load the modules"
-		continue
-	fi
-	echo "# $desc"
-	rcfile=/tmp/races.rc.$$
-	( RACE_CLIENT=$client ./races $filter 2>&1; echo $? > $rcfile ) | sed -e 's/^/# /'
-	rc=$(cat $rcfile)
-	rm -f $rcfile
-	if ! unload_all; then
-		ktap_test_fail "$desc # modules could not be unloaded"
-	elif [ "$rc" = 0 ]; then
-		ktap_test_pass "$desc"
-	elif [ "$rc" = 4 ]; then
-		ktap_test_skip "$desc"
-	else
-		ktap_test_fail "$desc # races exit $rc"
-	fi
+	RACE_CLIENT=$client
+	export RACE_CLIENT
+	run_config "$desc" "load_standins && insmod $ko persistent_api_support=$pas peerdirect_support=$pds" \
+		./races $filter
 done
 ktap_finished

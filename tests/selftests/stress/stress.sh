@@ -106,11 +106,8 @@ for c in $configs; do
 	fi
 	echo "# $cdesc"
 	kmsg_mark "peermem-stress: begin $n"
-	rcfile=/tmp/stress.rc.$$
-	( ./stress --client $client --ops $ops --seconds $seconds --hold $hold --seed $((n * 7919 + $(date +%s))) \
-		--dma-every 20 $slab --report "$report" "$@" 2>&1; echo $? > $rcfile ) | sed -e 's/^/# /'
-	rc=$(cat $rcfile)
-	rm -f $rcfile
+	as_diagnostics ./stress --client $client --ops $ops --seconds $seconds --hold $hold \
+		--seed $((n * 7919 + $(date +%s))) --dma-every 20 $slab --report "$report" "$@"
 	check "$cdesc: stress checks (exit $rc)" [ "$rc" = 0 ]
 	check "$cdesc: $mod reference count 0" [ "$(cat /sys/module/$mod/refcnt 2>/dev/null)" = 0 ]
 	check "$cdesc: rmmod $mod" rmmod $mod
