@@ -338,12 +338,11 @@ build() {
         if [ "$kind" = debian ] && [ ! -e "$cache/rust-metadata/$rel/build/rust/libkernel.rmeta" ]; then
             dpkg -i "$debs"/linux-source-*_"$ver"_all.deb >/dev/null
         fi
-        ln -s "$nv_open" /usr/src/nvidia-$nvver
-        mkdir -p /var/lib/dkms/nvidia/$nvver/build /usr/src/ofa_kernel/$rel/include/rdma "/lib/modules/$rel/extra"
-        ln -s /usr/src/nvidia-$nvver /var/lib/dkms/nvidia/$nvver/source
-        cp "$b/standins/nvidia_p2p/Module.symvers" /var/lib/dkms/nvidia/$nvver/build/
-        cp "$inc/rdma/peer_mem.h" /usr/src/ofa_kernel/$rel/include/rdma/
-        cp "$b/standins/peer_mem_host/Module.symvers" /usr/src/ofa_kernel/$rel/
+        . "$repo/tests/packaging/node_layout.sh"
+        layout_nvidia_src "" "$nv_open" "$nvver"
+        layout_nvidia_dkms "" "$nvver" "$b/standins/nvidia_p2p/Module.symvers"
+        layout_ofed /usr/src/ofa_kernel/$rel "$inc/rdma/peer_mem.h" "$b/standins/peer_mem_host/Module.symvers"
+        mkdir -p "/lib/modules/$rel/extra"
         cp "$b"/standins/*/*.ko "/lib/modules/$rel/extra/"
         cd "$repo"
         dkms_install() {
@@ -361,8 +360,8 @@ build() {
             # The OFED upgrade peermem-rs was not rebuilt for: the next headers and Module.symvers
             # in its place, then the rebuild peermem-rs-explain names for it. Built, not installed:
             # the tree keeps the module of the old OFED, which the boot loads against the new host.
-            cp "$b/ofed-next/include/rdma/peer_mem.h" "/usr/src/ofa_kernel/$rel/include/rdma/"
-            cp "$b/ofed-next/peer_mem_host/Module.symvers" "/usr/src/ofa_kernel/$rel/"
+            layout_ofed /usr/src/ofa_kernel/$rel "$b/ofed-next/include/rdma/peer_mem.h" \
+                "$b/ofed-next/peer_mem_host/Module.symvers"
             dkms build --force -m peermem-rs -v "$version" -k "$rel" >&2 || {
                 cat /var/lib/dkms/peermem-rs/*/"$rel"/*/log/make.log >&2 2>/dev/null || true; exit 1; }
             for f in /var/lib/dkms/peermem-rs/"$version/$rel"/*/module/peermem_rs.ko*; do

@@ -23,6 +23,8 @@ CACHE_WORK=$(dirname "$(dirname "$KDIR")")
 NV_OPEN=$CACHE_WORK/src/nvidia-open-kernel-source/modules/nvidia-open-kernel
 NV_PROP=$CACHE_WORK/src/nvidia-tesla-535-kernel-source/modules/nvidia-tesla-535-kernel
 STANDINS=$REPO/tests/standins
+# shellcheck source=node_layout.sh
+. "$REPO/tests/packaging/node_layout.sh"
 KREL=$(cat "$KDIR/include/config/kernel.release")
 VERSION=$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$REPO/Cargo.toml")
 WANT_RUSTC=$(sed -n 's/^CONFIG_RUSTC_VERSION_TEXT=//p' "$KDIR/include/config/auto.conf" | tr -d '"')
@@ -87,23 +89,13 @@ node() {
     mkdir -p "$1/usr/src" "$1/var/lib/dkms" "$1/lib/modules/$KREL" "$1/out"
     ln -s "$KDIR" "$1/lib/modules/$KREL/build"
 }
-# nvidia_src DIR [TREE [VERSION]]: an NVIDIA source tree at DIR/usr/src/nvidia-VERSION (a link to
-# the cached tree: never write below it).
-nvidia_src() { ln -s "${2:-$NV_OPEN}" "$1/usr/src/nvidia-${3:-$NV_VERSION}"; }
-# dkms_nvidia DIR [VERSION]: the DKMS tree of the nvidia module: source -> /usr/src/nvidia-VERSION
-# and the Module.symvers its build left (the NVIDIA stand-in's, standing in for nvidia.ko's).
-dkms_nvidia() {
-    local v=${2:-$NV_VERSION}
-    mkdir -p "$1/var/lib/dkms/nvidia/$v/build"
-    ln -s "$1/usr/src/nvidia-$v" "$1/var/lib/dkms/nvidia/$v/source"
-    cp "$STANDINS/nvidia_p2p/Module.symvers" "$1/var/lib/dkms/nvidia/$v/build/"
-}
-# ofed DIR: MLNX_OFED's layout under DIR: include/rdma/peer_mem.h (our host stand-in's) and the
-# host stand-in's Module.symvers beside include/.
+# nvidia_src DIR [TREE [VERSION]], dkms_nvidia DIR [VERSION], ofed DIR: the node layouts of
+# node_layout.sh with this run's defaults: the cached NVIDIA tree, and the stand-ins' Module.symvers
+# and peer_mem.h for nvidia.ko's and MLNX_OFED's.
+nvidia_src() { layout_nvidia_src "$1" "${2:-$NV_OPEN}" "${3:-$NV_VERSION}"; }
+dkms_nvidia() { layout_nvidia_dkms "$1" "${2:-$NV_VERSION}" "$STANDINS/nvidia_p2p/Module.symvers"; }
 ofed() {
-    mkdir -p "$1/include/rdma"
-    cp "$REPO/tests/standins/include/rdma/peer_mem.h" "$1/include/rdma/"
-    cp "$STANDINS/peer_mem_host/Module.symvers" "$1/"
+    layout_ofed "$1" "$REPO/tests/standins/include/rdma/peer_mem.h" "$STANDINS/peer_mem_host/Module.symvers"
 }
 # configure DIR [ARGS]: packaging/configure.sh on node DIR, writing DIR/out/config.mk.
 configure() {
