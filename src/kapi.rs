@@ -109,6 +109,20 @@ fn this_module() -> *mut bindings::module {
     THIS_MODULE_PTR.load(Ordering::Acquire)
 }
 
+/// The module's version string (`MODULE_VERSION`), from the C shim.
+// The `unsafe` around `addr_of!` of an extern static is needed before rustc 1.82 (`SharedMutex::raw`
+// says why).
+#[allow(unused_unsafe)]
+pub(crate) fn version() -> &'static CStr {
+    // The C array is longer than its Rust declaration (`[c_char; 0]`, an extern array of unknown
+    // size): take the object's address rather than a pointer derived from a zero-length reference.
+    // SAFETY: taking the address of an extern static reads nothing and makes no reference.
+    let p = unsafe { core::ptr::addr_of!(sys::peermem_param_version) }.cast();
+    // SAFETY: `peermem_param_version` is a NUL-terminated `const char[]` defined in bindings/shim.c;
+    // it is immutable and lives as long as the module.
+    unsafe { cstr_from_ptr(p) }
+}
+
 /// A reference on this module: it cannot be unloaded while one exists. Dropping the last one lets
 /// unload proceed, so the code that drops it must be code unload waits for (see its users).
 pub(crate) struct ModuleRef(());

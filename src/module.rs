@@ -146,7 +146,7 @@ fn register(
     name: &'static CStr,
     ex_unmaps: bool,
 ) -> Result<ClientRegistration> {
-    ClientRegistration::register(link, name, sys::version(), ex_unmaps).map_err(|e| match e {
+    ClientRegistration::register(link, name, kapi::version(), ex_unmaps).map_err(|e| match e {
         RegisterError::Refused => {
             pr_err!(
                 "the peer-memory host refused client '{}': a client of that name is already registered \
@@ -185,7 +185,7 @@ fn register_clients() -> Result<Clients> {
     }
     pr_info!(
         "peermem-rs {} loaded: {} (persistent_api_support={}, peerdirect_support={})\n",
-        cstr_str(sys::version()),
+        cstr_str(kapi::version()),
         if params.persistent_only {
             "client nv_mem (persistent)"
         } else if params.legacy_peerdirect {

@@ -26,8 +26,6 @@ mod generated {
     include!("../bindings/generated.rs");
 }
 
-use crate::kapi::{self, CStr};
-
 pub(crate) use generated::{
     ib_register_peer_memory_client, ib_unregister_peer_memory_client, invalidate_peer_memory,
     nvidia_p2p_dma_map_pages, nvidia_p2p_dma_mapping, nvidia_p2p_dma_unmap_pages,
@@ -39,7 +37,8 @@ pub(crate) use generated::{
 pub(crate) use generated::{nvidia_p2p_get_pages_persistent, nvidia_p2p_put_pages_persistent};
 pub(crate) use generated::{
     pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create, peermem_debugfs_remove,
-    peermem_fsleep, peermem_log_lock, peermem_n_pins_lock, peermem_pci_dev_get,
+    peermem_fsleep, peermem_log_lock, peermem_n_pins_lock, peermem_param_version,
+    peermem_pci_dev_get,
 };
 
 /// The ABI facts the rest of the crate relies on, checked when the module is compiled.
@@ -51,19 +50,6 @@ const _: () = {
     assert!(offset_of!(peer_memory_client_ex, ex_size) == 136);
     assert!(IB_PEER_MEMORY_NAME_MAX == 64 && IB_PEER_MEMORY_VER_MAX == 16);
 };
-
-/// The module's version string (`MODULE_VERSION`), from the C shim.
-// The `unsafe` around `addr_of!` of an extern static is needed before rustc 1.82 (kapi.rs says why).
-#[allow(unused_unsafe)]
-pub(crate) fn version() -> &'static CStr {
-    // The C array is longer than its Rust declaration (`[c_char; 0]`, an extern array of unknown
-    // size): take the object's address rather than a pointer derived from a zero-length reference.
-    // SAFETY: taking the address of an extern static reads nothing and makes no reference.
-    let p = unsafe { core::ptr::addr_of!(generated::peermem_param_version) }.cast();
-    // SAFETY: `peermem_param_version` is a NUL-terminated `const char[]` defined in bindings/shim.c;
-    // it is immutable and lives as long as the module.
-    unsafe { kapi::cstr_from_ptr(p) }
-}
 
 /// The values of the module parameters, declared in the C shim so that they appear read-only in
 /// sysfs, as nvidia-peermem's do.
