@@ -29,13 +29,13 @@
 //! racing a teardown must not name a table address another of our pins has taken meanwhile.
 
 use core::ffi::c_void;
-use core::ptr::NonNull;
 
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow, SpinLock};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
+use crate::foreign::ForeignRef;
 use crate::kapi::{self, SharedMutex, StaticMutex};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, EIO as EIO_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
@@ -82,7 +82,7 @@ struct Inner {
     /// memory is going away.
     n: Option<PinKey>,
     /// The reference the driver holds as N's callback data.
-    driver_ref: Option<ForeignRef>,
+    driver_ref: Option<ForeignRef<RegCtx>>,
     /// SG entries: allocated and filled by dma_map, then the host's until release.
     sg: Option<SgEntries>,
 }
@@ -102,65 +102,6 @@ pub(crate) struct RegCtx {
 
 impl_has_work! {
     impl HasWork<Self> for RegCtx { self.work }
-}
-
-/// A reference to a registration held by C code: `Arc::into_raw`'s pointer.
-///
-/// # Invariants
-///
-/// Made by [`ForeignRef::give`] from an `Arc<RegCtx>` whose count it holds, until
-/// [`ForeignRef::take_back`].
-#[derive(Clone, Copy)]
-pub(crate) struct ForeignRef(NonNull<RegCtx>);
-
-// SAFETY: a counted reference to a `RegCtx`, which is `Send + Sync`.
-unsafe impl Send for ForeignRef {}
-
-impl ForeignRef {
-    /// Hands a reference to C code.
-    pub(crate) fn give(ctx: Arc<RegCtx>) -> Self {
-        let ptr = Arc::into_raw(ctx).cast_mut();
-        // SAFETY: `into_raw` gives the address of the `Arc`'s data, which is never null.
-        // INVARIANT: it keeps the count.
-        Self(unsafe { NonNull::new_unchecked(ptr) })
-    }
-
-    pub(crate) fn as_ptr(self) -> *mut c_void {
-        self.0.as_ptr().cast()
-    }
-
-    /// The reference behind a pointer C code hands back; `None` for null.
-    ///
-    /// # Safety
-    ///
-    /// A non-null `ptr` must come from [`ForeignRef::give`] and not have been taken back.
-    pub(crate) unsafe fn from_ptr(ptr: *mut c_void) -> Option<Self> {
-        // INVARIANT: the caller's contract.
-        NonNull::new(ptr.cast()).map(Self)
-    }
-
-    /// Borrows the registration.
-    ///
-    /// # Safety
-    ///
-    /// Not taken back yet, and the registration stays alive while the borrow lives (the reference
-    /// is not taken back meanwhile, or another one keeps it alive).
-    pub(crate) unsafe fn borrow<'a>(self) -> ArcBorrow<'a, RegCtx> {
-        // SAFETY: by the type invariant the pointer comes from `Arc::into_raw`, and by the
-        // caller's contract it holds a count for the whole borrow.
-        unsafe { ArcBorrow::from_raw(self.0.as_ptr()) }
-    }
-
-    /// Takes the reference back.
-    ///
-    /// # Safety
-    ///
-    /// Not taken back before; no copy of this value is used afterwards.
-    pub(crate) unsafe fn take_back(self) -> Arc<RegCtx> {
-        // SAFETY: by the type invariant the pointer comes from `Arc::into_raw` and holds one
-        // count, which moves to the `Arc`.
-        unsafe { Arc::from_raw(self.0.as_ptr()) }
-    }
 }
 
 /// What a host call brings along.
@@ -297,12 +238,14 @@ impl RegCtx {
                 let range = range.first_page();
                 let _n_pins = N_PINS.lock();
                 let data = ForeignRef::give(Arc::from(self));
+                let data_ptr = data.as_ptr();
                 self.inner.lock().driver_ref = Some(data);
-                // SAFETY: `data` is a reference to this registration, which the driver holds until
-                // the state machine takes it back: after a failed pin (the driver keeps no
-                // callback then), after put_pages from the pinning process returned 0 with no
-                // callback having started, or in the callback itself.
-                let key = unsafe { nvidia::get_pages(range, free_callback, data.as_ptr()) };
+                // SAFETY: `data_ptr` is the pointer of `driver_ref`, a reference to this
+                // registration, which the driver holds until the state machine takes it back:
+                // after a failed pin (the driver keeps no callback then), after put_pages from the
+                // pinning process returned 0 with no callback having started, or in the callback
+                // itself.
+                let key = unsafe { nvidia::get_pages(range, free_callback, data_ptr) };
                 let key = key.map_err(errno)?;
                 self.inner.lock().n = Some(key);
                 Ok(())
@@ -647,15 +590,14 @@ pub(crate) fn release(ctx: Arc<RegCtx>) {
 /// with the `data` given to [`nvidia::get_pages`]: a [`ForeignRef`] that the state machine keeps
 /// for the driver until this callback takes it back.
 pub(crate) unsafe extern "C" fn free_callback(data: *mut c_void) {
-    // SAFETY: the function's contract: `data` is the driver's reference, still held.
-    let Some(r) = (unsafe { ForeignRef::from_ptr(data) }) else {
+    // SAFETY: the function's contract: `data` is the driver's reference, still held. It is taken
+    // back only by this callback's last step (`HandDriverRefToWork` in `drive`), after which `ctx`
+    // is not used; the work item it goes to drops it only after `DriverBarrier`, which waits for
+    // the RM API lock that the driver holds until this function has returned. So the registration
+    // outlives this borrow.
+    let Some(ctx) = (unsafe { ForeignRef::<RegCtx>::borrow(data) }) else {
         return;
     };
-    // SAFETY: the reference is taken back only by this callback's last step
-    // (`HandDriverRefToWork` in `drive`), after which `ctx` is not used; the work item it goes to
-    // drops it only after `DriverBarrier`, which waits for the RM API lock that the driver holds
-    // until this function has returned. So the registration outlives this borrow.
-    let ctx = unsafe { r.borrow() };
     if !ctx.inner.lock().state.begin_callback() {
         return;
     }

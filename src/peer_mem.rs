@@ -22,7 +22,8 @@ use crate::kapi::atomic::Ordering::{Acquire, Release};
 use crate::kapi::atomic::{AtomicBool, AtomicPtr};
 use crate::kapi::{self, CStr};
 
-use crate::client::{self, ForeignRef, RegCtx};
+use crate::client::{self, RegCtx};
+use crate::foreign::ForeignRef;
 use crate::logic::registration::Flavour;
 use crate::nvidia::PeerDevice;
 use crate::sys;
@@ -249,11 +250,9 @@ impl Callbacks<()> {
 /// `ctx` must be null or a `client_context` our acquire returned that the host has not released
 /// (the host's reference then keeps the registration alive for the callback's duration).
 unsafe fn borrow<'a>(ctx: *mut c_void) -> Option<ArcBorrow<'a, RegCtx>> {
-    // SAFETY: the function's contract.
-    let r = unsafe { ForeignRef::from_ptr(ctx) }?;
-    // SAFETY: the host gives its reference back only with release, which cannot overlap its
-    // other calls for the registration.
-    Some(unsafe { r.borrow() })
+    // SAFETY: the function's contract; the host gives its reference back only with release, which
+    // cannot overlap its other calls for the registration.
+    unsafe { ForeignRef::borrow(ctx) }
 }
 
 impl<F: LinkOf> Callbacks<F> {
@@ -284,7 +283,7 @@ impl<F: LinkOf> Callbacks<F> {
         match client::acquire(F::link(), addr as u64, size as u64) {
             Some(ctx) => {
                 // SAFETY: `client_context` is a valid out-pointer (checked non-null above).
-                unsafe { *client_context = ForeignRef::give(ctx).as_ptr() };
+                unsafe { *client_context = ForeignRef::give(ctx).into_ptr() };
                 1
             }
             None => 0,

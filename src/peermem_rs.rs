@@ -7,6 +7,7 @@
 //! straight into GPU memory. The crate root only declares the parts and the module.
 
 mod client;
+mod foreign;
 mod kapi;
 // The logic is shared with the host crate (crates/peermem-logic), whose tests use accessors the
 // module does not need, and whose items are `pub` for that crate's sake.
