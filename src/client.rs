@@ -46,7 +46,7 @@ use crate::logic::tables;
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::HostLink;
 use crate::sg::SgEntries;
-use crate::{module, stats};
+use crate::stats;
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a
 /// count of live registrations.
@@ -124,7 +124,11 @@ impl HostArgs {
 /// The workqueue the work items of registrations run on; module exit destroys it, waiting for a
 /// running item (the one that may drop the last reference, and the module's with it).
 fn queue() -> &'static workqueue::Queue {
-    module::work_queue()
+    // SAFETY: registrations, the only users, exist only while the module is loaded: after the
+    // queue is made (module init makes it before the clients are registered) and before it is
+    // destroyed (module exit, after the last registration went: each holds a module reference),
+    // so the queue is alive for as long as they may call this.
+    unsafe { kapi::work_queue() }
 }
 
 // SAFETY: the shim's `peermem_n_pins_lock` is used by this lock only.

@@ -57,14 +57,6 @@ fn refuse_beside_other_client() -> Result {
     Ok(())
 }
 
-/// The queue for the registrations' work items.
-pub(crate) fn work_queue() -> &'static kernel::workqueue::Queue {
-    // SAFETY: registrations, the only users, exist only while the module is loaded: after the
-    // queue is made (before the clients are registered) and before it is destroyed (after the
-    // last registration went), so the queue is alive for as long as they may call this.
-    unsafe { kapi::work_queue() }
-}
-
 /// The loaded module. Field order is drop order: the clients are unregistered first (which waits
 /// for their registrations to be released), then the work queue is destroyed (which waits for a
 /// work item still returning), then the statistics files go.
