@@ -28,8 +28,6 @@
 //! persistent pin it makes, outside the driver's RM API lock and never in the free callback: an unpin
 //! racing a teardown must not name a table address another of our pins has taken meanwhile.
 
-use core::ffi::c_void;
-
 use kernel::bindings;
 use kernel::prelude::*;
 use kernel::sync::{Arc, ArcBorrow, SpinLock};
@@ -248,8 +246,11 @@ impl RegCtx {
                 // registration, which the driver holds until the state machine takes it back:
                 // after a failed pin (the driver keeps no callback then), after put_pages from the
                 // pinning process returned 0 with no callback having started, or in the callback
-                // itself.
-                let key = unsafe { nvidia::get_pages(range, free_callback, data_ptr) };
+                // itself, as its last step (`HandDriverRefToWork` in `drive`), after which the
+                // callback does not use the registration; the work item it goes to drops it only
+                // after `DriverBarrier`, which waits for the RM API lock that the driver holds
+                // until the callback has returned. So the registration outlives the callback.
+                let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr) };
                 let key = key.map_err(errno)?;
                 self.inner.lock().n = Some(key);
                 Ok(())
@@ -585,27 +586,16 @@ pub(crate) fn release(ctx: Arc<RegCtx>) {
     stats::released();
 }
 
-/// The NVIDIA driver's free callback for N: the memory is going away (cudaFree, process exit,
-/// unregistration from the P2P object).
-///
-/// # Safety
-///
-/// The driver calls it at most once per pin, in process context, with its RM API lock held, and
-/// with the `data` given to [`nvidia::get_pages`]: a [`ForeignRef`] that the state machine keeps
-/// for the driver until this callback takes it back.
-pub(crate) unsafe extern "C" fn free_callback(data: *mut c_void) {
-    // SAFETY: the function's contract: `data` is the driver's reference, still held. It is taken
-    // back only by this callback's last step (`HandDriverRefToWork` in `drive`), after which `ctx`
-    // is not used; the work item it goes to drops it only after `DriverBarrier`, which waits for
-    // the RM API lock that the driver holds until this function has returned. So the registration
-    // outlives this borrow.
-    let Some(ctx) = (unsafe { ForeignRef::<RegCtx>::borrow(data) }) else {
-        return;
-    };
-    if !ctx.inner.lock().state.begin_callback() {
-        return;
+impl nvidia::FreeCallback for RegCtx {
+    /// The NVIDIA driver's free callback for N: the memory is going away (cudaFree, process exit,
+    /// unregistration from the P2P object). The driver holds its RM API lock, and the reference
+    /// `driver_ref` keeps this registration alive until the callback has returned (see `Op::PinN`).
+    fn free_callback(ctx: ArcBorrow<'_, Self>) {
+        if !ctx.inner.lock().state.begin_callback() {
+            return;
+        }
+        // Makes the NIC stop using the memory (through the host) if it may; never waits, and never
+        // calls into the driver, which is locked by this very task.
+        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none());
     }
-    // Makes the NIC stop using the memory (through the host) if it may; never waits, and never
-    // calls into the driver, which is locked by this very task.
-    let _ = ctx.drive(Actor::Callback, &mut HostArgs::none());
 }

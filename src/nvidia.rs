@@ -25,14 +25,23 @@ use core::ptr::NonNull;
 
 use kernel::bindings;
 use kernel::prelude::*;
+use kernel::sync::ArcBorrow;
 
+use crate::foreign::ForeignRef;
 use crate::kapi;
 use crate::logic::range::GpuRange;
 use crate::logic::tables::{DmaMappingHeader, PageTableHeader};
 use crate::sys;
 
-/// The driver's callback type: called with our `data` when the pinned memory goes away.
-pub(crate) type FreeCallback = unsafe extern "C" fn(data: *mut c_void);
+/// What runs when the driver calls back for a pin of [`get_pages`]: the memory is going away
+/// (cudaFree, process exit, unregistration from the P2P object). The client implements it, in
+/// safe Rust; [`free_callback`] is the C entry point the driver calls.
+pub(crate) trait FreeCallback: Send + Sync + Sized {
+    /// The driver calls back for `this`'s pin: at most once per pin, in process context, with its
+    /// RM API lock held, so this must not call into the driver (locked by this very task). It
+    /// must not panic (its caller is C).
+    fn free_callback(this: ArcBorrow<'_, Self>);
+}
 
 fn check(rc: i32) -> Result {
     if rc == 0 {
@@ -208,27 +217,47 @@ pub(crate) struct PinKey(NonNull<sys::nvidia_p2p_page_table>);
 // SAFETY: a plain value, never dereferenced.
 unsafe impl Send for PinKey {}
 
-/// Pins `range` of the calling process's GPU memory; the driver calls `callback(data)` before it
-/// frees the pin (cudaFree, process exit, unregistration from the P2P object).
+/// Pins `range` of the calling process's GPU memory; the driver calls
+/// [`FreeCallback::free_callback`] of the `T` behind `data` before it frees the pin (cudaFree,
+/// process exit, unregistration from the P2P object).
 ///
 /// # Safety
 ///
-/// `data` must stay valid for `callback` until the driver can no longer call it: until a
+/// `data` must be the pointer of a [`ForeignRef<T>`] ([`ForeignRef::as_ptr`]), and that `T` must
+/// stay alive (by that reference or another) until the driver can no longer call back: until a
 /// [`put_pages`] from the pinning process returned 0 with the callback not having started, or
-/// until the callback has run.
-pub(crate) unsafe fn get_pages(
+/// until the callback has returned.
+pub(crate) unsafe fn get_pages<T: FreeCallback>(
     range: GpuRange,
-    callback: FreeCallback,
     data: *mut c_void,
 ) -> Result<PinKey> {
+    let callback = free_callback::<T>;
     let table = pin_with(|out| {
-        // SAFETY: `out` is valid for the call; the callback contract is the caller's.
+        // SAFETY: `out` is valid for the call; `data` is what `callback` expects, kept alive for
+        // it as the caller's contract says.
         unsafe {
             sys::nvidia_p2p_get_pages(0, 0, range.start(), range.len(), out, Some(callback), data)
         }
     })?;
     // INVARIANT: the value the driver returned.
     Ok(PinKey(table))
+}
+
+/// The free callback of the pins of [`get_pages`]: the C entry point of
+/// [`FreeCallback::free_callback`].
+///
+/// # Safety
+///
+/// The driver calls it at most once per pin, in process context, with its RM API lock held, and
+/// with the `data` given to [`get_pages`]: the pointer of a [`ForeignRef<T>`] whose `T` stays
+/// alive until this function has returned (`get_pages`'s contract).
+unsafe extern "C" fn free_callback<T: FreeCallback>(data: *mut c_void) {
+    // SAFETY: the function's contract: `data` is a `ForeignRef<T>`'s pointer, and its `T` outlives
+    // this borrow.
+    let Some(this) = (unsafe { ForeignRef::<T>::borrow(data) }) else {
+        return;
+    };
+    T::free_callback(this);
 }
 
 /// `nvidia_p2p_put_pages` of a non-persistent pin. The driver looks `key` up among the pins of the
