@@ -42,7 +42,7 @@ use crate::logic::registration::{
 };
 use crate::logic::tables;
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
-use crate::peer_mem::HostLink;
+use crate::peer_mem::{HostLink, PeerClient};
 use crate::sg::SgEntries;
 use crate::stats;
 
@@ -413,66 +413,6 @@ fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation) -> Erro
     EINVAL
 }
 
-/// acquire: is `[addr, addr + size)` GPU memory of the calling process? It pins it persistently to
-/// find out, and keeps that pin as the registration's. `None` means "not mine".
-pub(crate) fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<RegCtx>> {
-    let Ok(range) = GpuRange::covering(addr, size) else {
-        refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange);
-        return None;
-    };
-    let no = |errno, cause| {
-        refuse(link, "acquire", Some(range), errno, cause);
-        None
-    };
-    if !link.ready() {
-        return no(EINVAL_NR, Cause::NotReady);
-    }
-    let Some(module) = ModuleRef::get() else {
-        return no(EINVAL_NR, Cause::Unloading);
-    };
-    // Under `N_PINS`: the driver may find a persistent pin by its address too (see the lock's
-    // rules), so no pin of ours may take the address a stale unpin names.
-    let pinned = {
-        let _n_pins = N_PINS.lock();
-        PersistentPin::get(range)
-    };
-    let p = match pinned {
-        Ok(p) => p,
-        Err(e) => return no(-e.to_errno(), Cause::of_persistent_pin_errno(-e.to_errno())),
-    };
-    if p.header().check(range.pages()).is_err() {
-        let _ = p.put(range);
-        return no(EINVAL_NR, Cause::UnknownLayout);
-    }
-    let state = Registration::acquired(link.flavour(), range, kapi::current_tgid());
-    let ctx = Arc::pin_init(
-        pin_init!(RegCtx {
-            link,
-            range,
-            inner <- kernel::new_spinlock!(Inner {
-                state,
-                p: None,
-                mapping: None,
-                n: None,
-                driver_ref: None,
-                sg: None,
-            }),
-            work <- new_work!("RegCtx::work"),
-            _module: module,
-        }),
-        GFP_KERNEL,
-    );
-    let Ok(ctx) = ctx else {
-        let _ = p.put(range);
-        return no(ENOMEM_NR, Cause::OutOfMemory);
-    };
-    // Nobody else knows the registration yet.
-    ctx.inner.lock().p = Some(p);
-    stats::pinned(range.len());
-    stats::acquired();
-    Some(ctx)
-}
-
 /// A host call: start it with the state machine, run it, explain a refusal.
 fn host_call(
     ctx: ArcBorrow<'_, RegCtx>,
@@ -488,102 +428,160 @@ fn host_call(
         .map_err(|r| refused(link, name, range, r))
 }
 
-/// get_pages: pin the GPU pages of the registration (acquire did, for P).
-pub(crate) fn get_pages(
-    ctx: ArcBorrow<'_, RegCtx>,
-    addr: u64,
-    size: u64,
-    core_context: u64,
-) -> Result {
-    let range = GpuRange::covering(addr, size)
-        .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange))?;
-    host_call(
-        ctx,
-        "get_pages",
-        HostCall::GetPages {
-            range,
-            core_context,
-        },
-        &mut HostArgs::none(),
-    )
-}
-
-/// dma_map: map the pinned pages for the NIC and describe them in the host's SG table. Returns the
-/// number of SG entries. On failure the host's table is left untouched.
-///
-/// `host_sg` is the host's `struct sg_table`, `peer` the NIC (`None`: not a PCI device).
-pub(crate) fn dma_map(
-    ctx: ArcBorrow<'_, RegCtx>,
-    host_sg: *mut bindings::sg_table,
-    peer: Option<PeerDevice>,
-) -> Result<u32> {
-    let range = ctx.range();
-    if peer.is_none() {
-        return Err(refuse(
-            ctx.link,
-            "dma_map",
-            Some(range),
-            EINVAL_NR,
-            Cause::NotPciDevice,
-        ));
+impl PeerClient for RegCtx {
+    /// acquire: is `[addr, addr + size)` GPU memory of the calling process? It pins it
+    /// persistently to find out, and keeps that pin as the registration's. `None` means "not
+    /// mine".
+    fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<RegCtx>> {
+        let Ok(range) = GpuRange::covering(addr, size) else {
+            refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange);
+            return None;
+        };
+        let no = |errno, cause| {
+            refuse(link, "acquire", Some(range), errno, cause);
+            None
+        };
+        if !link.ready() {
+            return no(EINVAL_NR, Cause::NotReady);
+        }
+        let Some(module) = ModuleRef::get() else {
+            return no(EINVAL_NR, Cause::Unloading);
+        };
+        // Under `N_PINS`: the driver may find a persistent pin by its address too (see the lock's
+        // rules), so no pin of ours may take the address a stale unpin names.
+        let pinned = {
+            let _n_pins = N_PINS.lock();
+            PersistentPin::get(range)
+        };
+        let p = match pinned {
+            Ok(p) => p,
+            Err(e) => return no(-e.to_errno(), Cause::of_persistent_pin_errno(-e.to_errno())),
+        };
+        if p.header().check(range.pages()).is_err() {
+            let _ = p.put(range);
+            return no(EINVAL_NR, Cause::UnknownLayout);
+        }
+        let state = Registration::acquired(link.flavour(), range, kapi::current_tgid());
+        let ctx = Arc::pin_init(
+            pin_init!(RegCtx {
+                link,
+                range,
+                inner <- kernel::new_spinlock!(Inner {
+                    state,
+                    p: None,
+                    mapping: None,
+                    n: None,
+                    driver_ref: None,
+                    sg: None,
+                }),
+                work <- new_work!("RegCtx::work"),
+                _module: module,
+            }),
+            GFP_KERNEL,
+        );
+        let Ok(ctx) = ctx else {
+            let _ = p.put(range);
+            return no(ENOMEM_NR, Cause::OutOfMemory);
+        };
+        // Nobody else knows the registration yet.
+        ctx.inner.lock().p = Some(p);
+        stats::pinned(range.len());
+        stats::acquired();
+        Some(ctx)
     }
-    if host_sg.is_null() {
-        return Err(violation(ctx.link, "dma_map", range, Violation::OutOfOrder));
+
+    /// get_pages: pin the GPU pages of the registration (acquire did, for P).
+    fn get_pages(ctx: ArcBorrow<'_, RegCtx>, addr: u64, size: u64, core_context: u64) -> Result {
+        let range = GpuRange::covering(addr, size)
+            .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange))?;
+        host_call(
+            ctx,
+            "get_pages",
+            HostCall::GetPages {
+                range,
+                core_context,
+            },
+            &mut HostArgs::none(),
+        )
     }
-    let mut args = HostArgs { sg: host_sg, peer };
-    host_call(ctx, "dma_map", HostCall::DmaMap, &mut args)?;
-    stats::mapped();
-    Ok(range.pages())
-}
 
-/// dma_unmap: undo dma_map.
-pub(crate) fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table) {
-    let published = ctx
-        .inner
-        .lock()
-        .sg
-        .as_ref()
-        .map(|sg| sg.published_in(host_sg));
-    if published == Some(false) {
-        let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder);
-        return;
+    /// dma_map: map the pinned pages for the NIC and describe them in the host's SG table. Returns
+    /// the number of SG entries. On failure the host's table is left untouched.
+    ///
+    /// `host_sg` is the host's `struct sg_table`, `peer` the NIC (`None`: not a PCI device).
+    fn dma_map(
+        ctx: ArcBorrow<'_, RegCtx>,
+        host_sg: *mut bindings::sg_table,
+        peer: Option<PeerDevice>,
+    ) -> Result<u32> {
+        let range = ctx.range();
+        if peer.is_none() {
+            return Err(refuse(
+                ctx.link,
+                "dma_map",
+                Some(range),
+                EINVAL_NR,
+                Cause::NotPciDevice,
+            ));
+        }
+        if host_sg.is_null() {
+            return Err(violation(ctx.link, "dma_map", range, Violation::OutOfOrder));
+        }
+        let mut args = HostArgs { sg: host_sg, peer };
+        host_call(ctx, "dma_map", HostCall::DmaMap, &mut args)?;
+        stats::mapped();
+        Ok(range.pages())
     }
-    let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none());
-}
 
-/// put_pages: unpin (what the calling task may).
-pub(crate) fn put_pages(ctx: ArcBorrow<'_, RegCtx>) {
-    let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none());
-}
-
-/// get_page_size: GPU pages are 64 KiB.
-pub(crate) fn page_size() -> u64 {
-    GPU_PAGE_SIZE
-}
-
-/// release: the host is done with the registration; its reference goes when this returns.
-pub(crate) fn release(ctx: Arc<RegCtx>) {
-    let link = ctx.link;
-    let range = ctx.range();
-    let begun = ctx
-        .inner
-        .lock()
-        .state
-        .begin(HostCall::Release, kapi::current_tgid());
-    if let Err(v) = begun {
-        // A call of the host is still in flight for this registration: dropping the host's
-        // reference could free it under that call. Keep it (a leak) and say so.
-        let _ = violation(link, "release", range, v);
-        core::mem::forget(ctx);
-        return;
+    /// dma_unmap: undo dma_map.
+    fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table) {
+        let published = ctx
+            .inner
+            .lock()
+            .sg
+            .as_ref()
+            .map(|sg| sg.published_in(host_sg));
+        if published == Some(false) {
+            let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder);
+            return;
+        }
+        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none());
     }
-    let _ = ctx
-        .as_arc_borrow()
-        .drive(Actor::Host, &mut HostArgs::none());
-    // The host no longer reads the SG entries.
-    let sg = ctx.inner.lock().sg.take();
-    drop(sg);
-    stats::released();
+
+    /// put_pages: unpin (what the calling task may).
+    fn put_pages(ctx: ArcBorrow<'_, RegCtx>) {
+        let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none());
+    }
+
+    /// get_page_size: GPU pages are 64 KiB.
+    fn page_size() -> u64 {
+        GPU_PAGE_SIZE
+    }
+
+    /// release: the host is done with the registration; its reference goes when this returns.
+    fn release(ctx: Arc<RegCtx>) {
+        let link = ctx.link;
+        let range = ctx.range();
+        let begun = ctx
+            .inner
+            .lock()
+            .state
+            .begin(HostCall::Release, kapi::current_tgid());
+        if let Err(v) = begun {
+            // A call of the host is still in flight for this registration: dropping the host's
+            // reference could free it under that call. Keep it (a leak) and say so.
+            let _ = violation(link, "release", range, v);
+            core::mem::forget(ctx);
+            return;
+        }
+        let _ = ctx
+            .as_arc_borrow()
+            .drive(Actor::Host, &mut HostArgs::none());
+        // The host no longer reads the SG entries.
+        let sg = ctx.inner.lock().sg.take();
+        drop(sg);
+        stats::released();
+    }
 }
 
 impl nvidia::FreeCallback for RegCtx {

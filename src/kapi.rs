@@ -110,8 +110,8 @@ fn this_module() -> *mut bindings::module {
 }
 
 /// The module's version string (`MODULE_VERSION`), from the C shim.
-// The `unsafe` around `addr_of!` of an extern static is needed before rustc 1.82 (`SharedMutex::raw`
-// says why).
+// The `unsafe` around `addr_of!` of an extern static is needed before rustc 1.82 (see
+// `SharedMutex::raw`).
 #[allow(unused_unsafe)]
 pub(crate) fn version() -> &'static CStr {
     // The C array is longer than its Rust declaration (`[c_char; 0]`, an extern array of unknown

@@ -5,6 +5,7 @@
 
 use kernel::prelude::*;
 
+use crate::client::RegCtx;
 use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqShow, WorkQueue};
 use crate::peer_mem::{
     self, ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT,
@@ -138,7 +139,8 @@ fn register(
     name: &'static CStr,
     ex_unmaps: bool,
 ) -> Result<ClientRegistration> {
-    ClientRegistration::register(link, name, kapi::version(), ex_unmaps).map_err(|e| match e {
+    let version = kapi::version();
+    ClientRegistration::register::<RegCtx>(link, name, version, ex_unmaps).map_err(|e| match e {
         RegisterError::Refused => {
             pr_err!(
                 "the peer-memory host refused client '{}': a client of that name is already registered \

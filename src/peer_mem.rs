@@ -3,9 +3,9 @@
 //! The edge to the peer-memory host (`rdma/peer_mem.h`): the client structure, its registration,
 //! and the `extern "C"` callbacks the host calls.
 //!
-//! Each callback converts the host's raw arguments, calls the safe implementation in
-//! [`crate::client`] and turns the result into what the ABI wants. None of them can panic, and every
-//! error goes back as an errno or "not mine".
+//! Each callback converts the host's raw arguments, calls the client's safe implementation (the
+//! [`PeerClient`] trait, which `client.rs` implements) and turns the result into what the ABI
+//! wants. None of them can panic, and every error goes back as an errno or "not mine".
 
 use core::ffi::c_void;
 
@@ -15,18 +15,50 @@ use kernel::ffi::{c_char, c_int, c_ulong};
 
 use kernel::bindings;
 use kernel::prelude::*;
-use kernel::sync::ArcBorrow;
+use kernel::sync::{Arc, ArcBorrow};
 use kernel::types::Opaque;
 
 use crate::kapi::atomic::Ordering::{Acquire, Release};
 use crate::kapi::atomic::{AtomicBool, AtomicPtr};
 use crate::kapi::{self, CStr};
 
-use crate::client::{self, RegCtx};
 use crate::foreign::ForeignRef;
 use crate::logic::registration::Flavour;
 use crate::nvidia::PeerDevice;
 use crate::sys;
+
+/// What the host's callbacks do, in safe Rust: implemented by the client for its registration, one
+/// `Arc`-counted value per registration, which the host holds as its `client_context` from acquire
+/// to release. [`Callbacks`] makes each method the `extern "C"` callback the host calls. None of
+/// them may panic (their caller is C).
+pub(crate) trait PeerClient: Send + Sync + Sized {
+    /// acquire: is `[addr, addr + size)` memory of this client, for the calling process? `None`
+    /// means "not mine".
+    fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<Self>>;
+
+    /// get_pages: pin the pages of the registration.
+    fn get_pages(ctx: ArcBorrow<'_, Self>, addr: u64, size: u64, core_context: u64) -> Result;
+
+    /// dma_map: map the pages for the NIC and describe them in the host's SG table `host_sg`.
+    /// Returns the number of SG entries. `peer` is the NIC (`None`: not a PCI device).
+    fn dma_map(
+        ctx: ArcBorrow<'_, Self>,
+        host_sg: *mut bindings::sg_table,
+        peer: Option<PeerDevice>,
+    ) -> Result<u32>;
+
+    /// dma_unmap: undo dma_map.
+    fn dma_unmap(ctx: ArcBorrow<'_, Self>, host_sg: *const bindings::sg_table);
+
+    /// put_pages: undo get_pages.
+    fn put_pages(ctx: ArcBorrow<'_, Self>);
+
+    /// get_page_size: the page size of the client's memory.
+    fn page_size() -> u64;
+
+    /// release: the host is done with the registration; its reference goes when this returns.
+    fn release(ctx: Arc<Self>);
+}
 
 /// What a registration needs to know about the client it belongs to: its name, its flavour, and
 /// how to reach the host's invalidate. One per flavour, as statics, because the host's callbacks
@@ -132,11 +164,11 @@ pub(crate) enum RegisterError {
 }
 
 impl ClientRegistration {
-    /// Registers the client of `link`'s flavour under `name`.
+    /// Registers the client `C` of `link`'s flavour under `name`.
     ///
     /// `ex_unmaps`: declare the client "extended" with `PEER_MEM_INVALIDATE_UNMAPS` (the host must
     /// not unmap on invalidation); otherwise a legacy client (MLNX_OFED 4.9 semantics).
-    pub(crate) fn register(
+    pub(crate) fn register<C: PeerClient>(
         link: &'static HostLink,
         name: &'static CStr,
         version: &CStr,
@@ -161,7 +193,7 @@ impl ClientRegistration {
                 c.flags = unmaps;
             }
         }
-        Callbacks::install(&mut c.client, link.flavour);
+        install::<C>(&mut c.client, link.flavour);
         let client = KBox::new(Opaque::new(c), GFP_KERNEL).map_err(|_| RegisterError::NoMemory)?;
         // Never written through: `AtomicPtr` has no `*const` flavour.
         link.name.store(kapi::as_char_ptr(name).cast_mut(), Release);
@@ -214,8 +246,8 @@ fn copy_cstr(dst: &mut [c_char], src: &CStr) {
     }
 }
 
-/// The callbacks of one flavour's client.
-struct Callbacks<F>(PhantomData<F>);
+/// The callbacks of one flavour's client `C`.
+struct Callbacks<C, F>(PhantomData<(C, F)>);
 
 /// Selects a flavour's [`HostLink`] at compile time, so each client gets its own callbacks.
 trait LinkOf {
@@ -234,12 +266,11 @@ impl LinkOf for PersistentClient {
     }
 }
 
-impl Callbacks<()> {
-    fn install(c: &mut sys::peer_memory_client, flavour: Flavour) {
-        match flavour {
-            Flavour::Invalidating => Callbacks::<InvalidatingClient>::fill(c),
-            Flavour::Persistent => Callbacks::<PersistentClient>::fill(c),
-        }
+/// Fills in `c`'s callbacks: `C`'s, for `flavour`.
+fn install<C: PeerClient>(c: &mut sys::peer_memory_client, flavour: Flavour) {
+    match flavour {
+        Flavour::Invalidating => Callbacks::<C, InvalidatingClient>::fill(c),
+        Flavour::Persistent => Callbacks::<C, PersistentClient>::fill(c),
     }
 }
 
@@ -247,15 +278,16 @@ impl Callbacks<()> {
 ///
 /// # Safety
 ///
-/// `ctx` must be null or a `client_context` our acquire returned that the host has not released
-/// (the host's reference then keeps the registration alive for the callback's duration).
-unsafe fn borrow<'a>(ctx: *mut c_void) -> Option<ArcBorrow<'a, RegCtx>> {
+/// `ctx` must be null or a `client_context` that `C`'s acquire callback returned and the host has
+/// not released (the host's reference then keeps the registration alive for the callback's
+/// duration).
+unsafe fn borrow<'a, C>(ctx: *mut c_void) -> Option<ArcBorrow<'a, C>> {
     // SAFETY: the function's contract; the host gives its reference back only with release, which
     // cannot overlap its other calls for the registration.
     unsafe { ForeignRef::borrow(ctx) }
 }
 
-impl<F: LinkOf> Callbacks<F> {
+impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
     fn fill(c: &mut sys::peer_memory_client) {
         c.acquire = Some(Self::acquire);
         c.get_pages = Some(Self::get_pages);
@@ -280,7 +312,7 @@ impl<F: LinkOf> Callbacks<F> {
         if client_context.is_null() {
             return 0;
         }
-        match client::acquire(F::link(), addr as u64, size as u64) {
+        match C::acquire(F::link(), addr as u64, size as u64) {
             Some(ctx) => {
                 // SAFETY: `client_context` is a valid out-pointer (checked non-null above).
                 unsafe { *client_context = ForeignRef::give(ctx).into_ptr() };
@@ -306,7 +338,7 @@ impl<F: LinkOf> Callbacks<F> {
         let Some(ctx) = (unsafe { borrow(client_context) }) else {
             return EINVAL.to_errno();
         };
-        match client::get_pages(ctx, addr as u64, size as u64, core_context) {
+        match C::get_pages(ctx, addr as u64, size as u64, core_context) {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
         }
@@ -332,7 +364,7 @@ impl<F: LinkOf> Callbacks<F> {
         }
         // SAFETY: `dma_device` is null or live (host's contract).
         let peer = unsafe { PeerDevice::from_device(dma_device) };
-        match client::dma_map(ctx, sg_head, peer) {
+        match C::dma_map(ctx, sg_head, peer) {
             Ok(n) => {
                 // SAFETY: checked non-null; the host's out-pointer.
                 unsafe { *nmap = n as c_int };
@@ -352,7 +384,7 @@ impl<F: LinkOf> Callbacks<F> {
     ) -> c_int {
         // SAFETY: the host's contract, see above.
         if let Some(ctx) = unsafe { borrow(client_context) } {
-            client::dma_unmap(ctx, sg_head);
+            C::dma_unmap(ctx, sg_head);
         }
         0
     }
@@ -363,15 +395,15 @@ impl<F: LinkOf> Callbacks<F> {
     unsafe extern "C" fn put_pages(_sg_head: *mut bindings::sg_table, client_context: *mut c_void) {
         // SAFETY: the host's contract, see above.
         if let Some(ctx) = unsafe { borrow(client_context) } {
-            client::put_pages(ctx);
+            C::put_pages(ctx);
         }
     }
 
     /// # Safety
     ///
-    /// None beyond the ABI: the context is not needed, all pages are 64 KiB.
+    /// None beyond the ABI: the context is not needed, all of the client's pages are one size.
     unsafe extern "C" fn get_page_size(_client_context: *mut c_void) -> c_ulong {
-        client::page_size() as c_ulong
+        C::page_size() as c_ulong
     }
 
     /// # Safety
@@ -383,6 +415,6 @@ impl<F: LinkOf> Callbacks<F> {
             return;
         };
         // SAFETY: as above; the host makes no other call for this registration from now on.
-        client::release(unsafe { r.take_back() });
+        C::release(unsafe { r.take_back() });
     }
 }
