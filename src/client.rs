@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What peermem-rs does for each peer-memory callback, in safe Rust.
+//! What peermem-rs does for each peer-memory callback, in safe Rust: [`RegCtx`] implements the
+//! host's callbacks (`peer_mem::PeerClient`) and the NVIDIA driver's free callback
+//! (`nvidia::FreeCallback`), whose `extern "C"` entry points are in those two edges.
 //!
 //! One [`RegCtx`] per registration, reference counted. C code holds references as
 //! [`ForeignRef`]s: the host one from acquire to release (its `client_context`), the NVIDIA driver
@@ -586,8 +588,9 @@ impl PeerClient for RegCtx {
 
 impl nvidia::FreeCallback for RegCtx {
     /// The NVIDIA driver's free callback for N: the memory is going away (cudaFree, process exit,
-    /// unregistration from the P2P object). The driver holds its RM API lock, and the reference
-    /// `driver_ref` keeps this registration alive until the callback has returned (see `Op::PinN`).
+    /// unregistration from the P2P object). The driver holds its RM API lock; `driver_ref`, then
+    /// the work item it is handed to, keeps this registration alive until the callback has
+    /// returned (see `Op::PinN`).
     fn free_callback(ctx: ArcBorrow<'_, Self>) {
         if !ctx.inner.lock().state.begin_callback() {
             return;

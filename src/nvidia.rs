@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Thin wrappers of the NVIDIA P2P API (`nv-p2p.h`), with what the real driver guarantees.
+//! Thin wrappers of the NVIDIA P2P API (`nv-p2p.h`), with what the real driver guarantees, and the
+//! `extern "C"` free callback the driver calls ([`FreeCallback`] says what it runs).
 //!
 //! What peermem-rs relies on, as NVIDIA's open kernel modules implement it (550 to 595; file and
 //! line references in docs/race-windows.md):
