@@ -398,6 +398,67 @@ TEST_F(racepoint, teardown_holds_api_lock)
 	EXPECT_EQ(0, gpu_free(self->env.gpu, hb));
 }
 
+/*
+ * With ro_api_lock_free (RM's RmRoApiLock free bit), a free holds the API lock for read, and the
+ * GPUs lock, around its callbacks: a pin or an unpin (writers) of other memory still waits for it,
+ * and so does a second free (the GPUs lock). So a client's barrier, a put_pages that waits for the
+ * API lock, still waits for a callback that runs under a read-held lock.
+ */
+TEST_F(racepoint, teardown_holds_api_lock_for_read)
+{
+	struct op free_a = { .kind = OP_FREE, .gpu = self->env.gpu, .handle = self->handle };
+	struct op free_b = { .kind = OP_FREE, .gpu = self->env.gpu };
+	struct op pin_c = { .kind = OP_PIN, .probe = self->env.probe, .len = GPU_PAGE };
+	struct op put_c = { .kind = OP_PUT, .probe = self->env.probe };
+	struct p2p_probe_pin_state st;
+	__u64 a, b, c, hb, hc;
+	char *vb, *vc;
+
+	ASSERT_EQ(0, write_text(STANDIN_PARAMS "ro_api_lock_free", "1"));
+	vb = gpu_alloc(self->env.gpu, GPU_PAGE, &hb);
+	vc = gpu_alloc(self->env.gpu, 2 * GPU_PAGE, &hc);
+	ASSERT_NE(NULL, vb);
+	ASSERT_NE(NULL, vc);
+	a = probe_pin_ok(self->env.probe, (uintptr_t)self->va, GPU_PAGE, 0);
+	b = probe_pin_ok(self->env.probe, (uintptr_t)vb, GPU_PAGE, 0);
+	c = probe_pin_ok(self->env.probe, (uintptr_t)vc, GPU_PAGE, 0);
+	ASSERT_NE(0, a);
+	ASSERT_NE(0, b);
+	ASSERT_NE(0, c);
+	free_b.handle = hb;
+	pin_c.va = (uintptr_t)vc + GPU_PAGE;
+	put_c.handle = c;
+
+	ASSERT_EQ(0, race_gate(STANDIN, "teardown.before_callback", HOLD_MS));
+	ASSERT_EQ(0, op_start(&free_a));
+	ASSERT_LT(0, race_wait_held(STANDIN, "teardown.before_callback", HOLD_MS));
+	ASSERT_EQ(0, op_start(&free_b));
+	ASSERT_EQ(0, op_start(&pin_c));
+	ASSERT_EQ(0, op_start(&put_c));
+	EXPECT_TRUE(op_blocked(&free_b));	/* on the GPUs lock */
+	EXPECT_TRUE(op_blocked(&pin_c));	/* on the API lock, a writer */
+	EXPECT_TRUE(op_blocked(&put_c));
+	ASSERT_EQ(0, probe_state(self->env.probe, a, &st));
+	EXPECT_EQ(0, st.callbacks);
+
+	ASSERT_EQ(0, race_open(STANDIN, "teardown.before_callback"));	/* free_b then passes it */
+	EXPECT_EQ(0, op_join(&free_a));
+	EXPECT_EQ(0, op_join(&free_b));
+	EXPECT_EQ(0, op_join(&pin_c));
+	EXPECT_EQ(0, op_join(&put_c));
+	ASSERT_EQ(0, probe_state(self->env.probe, a, &st));
+	EXPECT_EQ(1, st.callbacks);
+	ASSERT_EQ(0, probe_state(self->env.probe, b, &st));
+	EXPECT_EQ(1, st.callbacks);
+	EXPECT_EQ(0, gpu_counter("callback_reentries"));
+	EXPECT_EQ(0, probe_put(self->env.probe, a));
+	EXPECT_EQ(0, probe_put(self->env.probe, b));
+	EXPECT_EQ(0, probe_put(self->env.probe, pin_c.pin.handle));
+	EXPECT_EQ(0, munmap(self->va, 4 * GPU_PAGE));
+	EXPECT_EQ(0, munmap(vb, GPU_PAGE));
+	EXPECT_EQ(0, gpu_free(self->env.gpu, hc));
+}
+
 /* dma_map_pages reads the table before it takes the API lock: held there, it blocks nobody. */
 TEST_F(racepoint, dma_map_reads_before_the_lock)
 {

@@ -196,6 +196,20 @@ struct standin_state {
 	 */
 	struct rw_semaphore api_lock;
 	struct task_struct *api_lock_owner;
+	/*
+	 * With ro_api_lock_free: the task holding the API lock for read in a free (frees only, and one
+	 * at a time: they also hold gpus_lock, which is what orders them in RM, below), so that a
+	 * re-entry from its callbacks fails as well, as RM's per-thread record of every holder makes it
+	 * fail (595.45.04 src/nvidia/src/kernel/rmapi/rmapi.c:681, 760-763).
+	 */
+	struct task_struct *api_lock_reader;
+	/*
+	 * The GPUs lock a free of video memory takes in RM (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE of
+	 * VideoMemory, 595.45.04 src/nvidia/src/kernel/rmapi/resource_list.h:506-512): taken only by
+	 * frees with the API lock held for read (ro_api_lock_free), which it keeps from running
+	 * together. Writers of the API lock exclude them already.
+	 */
+	struct mutex gpus_lock;
 	u64 bar1_mapped;		/* bytes of BAR1 extents, under api_lock */
 
 	spinlock_t alloc_lock;		/* allocs, alloc->refs/va/freed, gpu->used */
@@ -240,6 +254,7 @@ extern bool cost_model;
 extern bool mig_enabled;
 extern int internal_object_pid;
 extern int mps_departed_tgid;
+extern bool ro_api_lock_free;
 u32 standin_page_table_version(void);
 
 #define count_inc(name)		atomic64_inc(&standin.c.name)
@@ -255,6 +270,8 @@ void standin_alloc_put(struct standin_alloc *a);
 /* standin_rm.c: the RM layer. Functions named after the rm_p2p_* wrappers take the API lock. */
 int rm_api_lock(const char *fn);
 void rm_api_unlock(void);
+int rm_api_lock_free(const char *fn);
+void rm_api_unlock_free(void);
 void rm_init_vidmem(struct standin_alloc *a);
 int rm_p2p_get_pages(u64 p2p_token, u32 va_space, u64 va, u64 len, const void *key,
 		     u64 *phys, u32 *entries, u8 **uuid);

@@ -25,6 +25,7 @@ static_assert(NVP2P_GPU_PAGE_SIZE == GPU_PAGE_SIZE);
 
 struct standin_state standin = {
 	.api_lock = __RWSEM_INITIALIZER(standin.api_lock),
+	.gpus_lock = __MUTEX_INITIALIZER(standin.gpus_lock),
 	.alloc_lock = __SPIN_LOCK_UNLOCKED(standin.alloc_lock),
 	.allocs = LIST_HEAD_INIT(standin.allocs),
 	.next_handle = 1,
@@ -192,6 +193,25 @@ int mps_departed_tgid;
 module_param(mps_departed_tgid, int, 0644);
 MODULE_PARM_DESC(mps_departed_tgid,
 		 "tgid of an MPS client taken out of the P2P object's pid list: its lookups find nothing, its pins stay (default 0: none)");
+
+/*
+ * RM's registry key RmRoApiLock with its FREE_RESOURCE bit set (595.45.04
+ * src/nvidia/interface/nvrm_registry.h:711-720; not set by default, where only controls may take
+ * the API lock for read, src/nvidia/src/kernel/core/system.c:395-412): a free of video memory, and a
+ * process's exit, which frees its RM client and with it its memory, then take the API lock for read
+ * (serverFreeResourceLookupLockFlags, alloc_free.c:1733-1768; serverFreeResourceTree,
+ * rs_server.c:1205-1256; serverTopLock_Prologue, alloc_free.c:241-256) and the GPUs lock
+ * (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE, resource_list.h:506-512), and run the P2P teardown and its
+ * free callbacks under them. Every other path (the rm_p2p_* calls, UNREGISTER_VIDMEM, whose
+ * controls are not API_LOCK_READONLY, g_third_party_p2p_nvoc.c, and GPU removal) takes it for
+ * write as before. What changes for a client: the callback runs under a read-held lock. A re-entry
+ * from it fails as under a write-held one: RM records every holder, reader or writer, in a
+ * thread-local entry (rmapi.c:681), which rmapiLockIsOwner reads (rmapi.c:760-763, checked at 563).
+ */
+bool ro_api_lock_free;
+module_param(ro_api_lock_free, bool, 0644);
+MODULE_PARM_DESC(ro_api_lock_free,
+		 "frees and exits hold the RM API lock for read (RmRoApiLock's free bit; default: write)");
 
 /* 580+: NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET (Grace, Ampere Altra, AmpereOne in nvidia.ko). */
 bool p2p_unsupported_chipset;
@@ -365,7 +385,7 @@ static long ioc_free(struct file *file, u64 __user *arg)
 
 	if (get_user(handle, arg))
 		return -EFAULT;
-	ret = rm_api_lock(__func__);
+	ret = rm_api_lock_free(__func__);
 	if (ret)
 		return ret;
 	spin_lock(&standin.alloc_lock);
@@ -375,7 +395,7 @@ static long ioc_free(struct file *file, u64 __user *arg)
 	spin_unlock(&standin.alloc_lock);
 	if (a)
 		rm_del_vidmem_locked(a);
-	rm_api_unlock();
+	rm_api_unlock_free();
 	if (!a)
 		return ret;
 	standin_alloc_put(a);
@@ -591,7 +611,7 @@ static int standin_release(struct inode *inode, struct file *file)
 	count_dec(user_clients);
 
 	/* Only the task holding the lock could be refused, and it cannot be closing our file. */
-	if (WARN_ON(rm_api_lock(__func__)))
+	if (WARN_ON(rm_api_lock_free(__func__)))
 		return 0;
 	for (;;) {
 		victim = NULL;
@@ -610,7 +630,7 @@ static int standin_release(struct inode *inode, struct file *file)
 		rm_del_vidmem_locked(victim);
 		standin_alloc_put(victim);
 	}
-	rm_api_unlock();
+	rm_api_unlock_free();
 	return 0;
 }
 

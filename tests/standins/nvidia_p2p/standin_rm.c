@@ -69,14 +69,27 @@ static atomic64_t newest_serial;
  * stack, which is how the race tests (tests/selftests/races/races.c) prove that the task they race
  * waits for this lock.
  */
-noinline int rm_api_lock(const char *fn)
+static bool rm_api_lock_reentered(const char *fn)
 {
 	if (READ_ONCE(standin.api_lock_owner) == current) {
 		count_inc(callback_reentries);
 		WARN(1, "%s: the RM API lock is already held by this task (%s[%d]), e.g. inside a free callback: -EIO\n",
 		     fn, current->comm, current->pid);
-		return -EIO;
+		return true;
 	}
+	if (READ_ONCE(standin.api_lock_reader) == current) {
+		count_inc(callback_reentries);
+		WARN(1, "%s: the RM API lock is already held for read by this task's free (%s[%d]), e.g. inside a free callback: -EIO\n",
+		     fn, current->comm, current->pid);
+		return true;
+	}
+	return false;
+}
+
+noinline int rm_api_lock(const char *fn)
+{
+	if (rm_api_lock_reentered(fn))
+		return -EIO;
 	down_write(&standin.api_lock);
 	WRITE_ONCE(standin.api_lock_owner, current);
 	return 0;
@@ -88,9 +101,41 @@ void rm_api_unlock(void)
 	up_write(&standin.api_lock);
 }
 
+/*
+ * The locks of a free of video memory or of a process's RM client (ioc_free, standin_release):
+ * the API lock for write, or with ro_api_lock_free for read and the GPUs lock (see
+ * ro_api_lock_free in standin_main.c). The unlock tells the two apart by the write owner, so a
+ * change of the parameter between the two cannot unbalance them.
+ */
+noinline int rm_api_lock_free(const char *fn)
+{
+	if (!READ_ONCE(ro_api_lock_free))
+		return rm_api_lock(fn);
+	if (rm_api_lock_reentered(fn))
+		return -EIO;
+	down_read(&standin.api_lock);
+	mutex_lock(&standin.gpus_lock);
+	WRITE_ONCE(standin.api_lock_reader, current);
+	return 0;
+}
+
+void rm_api_unlock_free(void)
+{
+	if (READ_ONCE(standin.api_lock_owner) == current) {
+		rm_api_unlock();
+		return;
+	}
+	WRITE_ONCE(standin.api_lock_reader, NULL);
+	mutex_unlock(&standin.gpus_lock);
+	up_read(&standin.api_lock);
+}
+
+/* The stand-in's RM state: under the API lock for write, or for read with the GPUs lock. */
 static void rm_assert_locked(void)
 {
-	lockdep_assert_held_write(&standin.api_lock);
+	lockdep_assert_held(&standin.api_lock);
+	if (READ_ONCE(standin.api_lock_owner) != current)
+		lockdep_assert_held(&standin.gpus_lock);
 }
 
 void rm_init_vidmem(struct standin_alloc *a)
