@@ -21,7 +21,8 @@
 //! made under it; the SG entries are copied into the host's table under it, a plain store). It is
 //! the innermost lock: it nests inside the NVIDIA driver's RM API lock (held by the teardown while
 //! it runs our free callback) and the host's per-MR mapping lock (held around our get_pages,
-//! dma_map and a legacy host's dma_unmap/put_pages), and nothing is taken inside it.
+//! dma_map and a legacy host's dma_unmap/put_pages), and nothing is taken inside it (the providers'
+//! locks: docs/provider-facts.md, [NV-API-LOCK, NV-TEARDOWN, OFED-MAPPING-LOCK, OFED-INVALIDATE]).
 //!
 //! # The notification-pin lock
 //!
@@ -166,13 +167,13 @@ static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, (
 // Protects: nothing but that order; no data. Taken by `Op::PinN`, `Op::UnpinN` and
 // `Op::ProveUnpinN`, around the driver calls, and by acquire around its persistent pin; never in
 // the free callback, never with the registration lock held (that lock is taken and dropped inside
-// it). Order: the host's `peer_memory_mutex` (held around acquire) -> `N_PINS` -> the driver's RM
-// API lock (taken inside get_pages / put_pages). The three ops are made only where the state
-// machine allows taking the API lock (`Op::takes_driver_api_lock`), and acquire holds no mapping lock
-// (the host has no memory region yet), so a task waiting here holds nothing a holder of the API
-// lock waits for; a holder of the API lock (a teardown, our callback under it, which takes a
-// mapping lock) never takes this lock or `peer_memory_mutex`; and no holder of this lock takes
-// `peer_memory_mutex`: no cycle.
+// it). Order: the host's `peer_memory_mutex` (held around acquire, [OFED-CLIENT-MUTEX]) ->
+// `N_PINS` -> the driver's RM API lock (taken inside get_pages / put_pages). The three ops are
+// made only where the state machine allows taking the API lock (`Op::takes_driver_api_lock`), and
+// acquire holds no mapping lock (the host has no memory region yet), so a task waiting here holds
+// nothing a holder of the API lock waits for; a holder of the API lock (a teardown, our callback
+// under it, which takes a mapping lock) never takes this lock or `peer_memory_mutex`; and no
+// holder of this lock takes `peer_memory_mutex`: no cycle.
 //
 // Left open: a pin made by another module in the same process (gdrdrv, for one) can still take
 // the address between a teardown and our unpin; nvidia.ko gives a client no way to close that.

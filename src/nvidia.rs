@@ -3,23 +3,24 @@
 //! Thin wrappers of the NVIDIA P2P API (`nv-p2p.h`), with what the real driver guarantees, and the
 //! `extern "C"` free callback the driver calls ([`FreeCallback`] says what it runs).
 //!
-//! What peermem-rs relies on, as NVIDIA's open kernel modules implement it (550 to 595; file and
-//! line references in docs/race-windows.md):
+//! What peermem-rs relies on, as NVIDIA's open kernel modules implement it (550 to 595; each fact
+//! with its versions and source lines in docs/provider-facts.md, by the id in brackets):
 //!
 //! - A **persistent** pin (`nvidia_p2p_get_pages_persistent`, or before 535 `nvidia_p2p_get_pages`
 //!   with no free callback) is never called back and never torn down by the driver: RM duplicates
 //!   the memory into its internal client, so freeing the user's memory leaves the pin, its page
 //!   table and its DMA mappings alone; only `nvidia_p2p_put_pages_persistent` frees them, and it
 //!   finds the pin through the table itself, from any task. So a [`PersistentPin`] and a
-//!   [`DmaMapping`] of it are alive for as long as peermem-rs holds them.
+//!   [`DmaMapping`] of it are alive for as long as peermem-rs holds them [NV-PERSISTENT].
 //! - A **non-persistent** pin is torn down by the driver (cudaFree, process exit, unregistration
 //!   from the P2P object): it calls the free callback with its RM API lock held and frees the page
 //!   table, its DMA mappings and the semaphore guarding them as soon as the callback returns.
 //!   peermem-rs never reads such a table, never maps it, and only hands it back to
 //!   `nvidia_p2p_put_pages` as a [`PinKey`], which the driver uses as a lookup key among the calling
-//!   process's pins without dereferencing it; a key that finds nothing makes it answer 0.
+//!   process's pins without dereferencing it; a key that finds nothing makes it answer 0
+//!   [NV-TEARDOWN, NV-PUT-PAGES-LOOKUP, NV-PUT-PAGES-NO-READ].
 //! - The driver keeps no reference on the peer `pci_dev` and dereferences it when unmapping, so a
-//!   [`PeerDevice`] holds one of ours for as long as a mapping for it exists.
+//!   [`PeerDevice`] holds one of ours for as long as a mapping for it exists [NV-NO-PEER-REF].
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -269,27 +270,29 @@ unsafe extern "C" fn free_callback<T: FreeCallback>(data: *mut c_void) {
 /// process, with no teardown of the pin having started, does 0 mean "unpinned, no callback will
 /// come".
 pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
-    // SAFETY: the driver uses `key` as a lookup key among the caller's pins and dereferences it
-    // only when it finds it there, i.e. when it is a live pin of this process (nv-p2p.c
-    // 550:289-342, p2p.c 550:1455-1493). A key whose pin a teardown freed finds nothing, unless the
-    // driver has meanwhile made another pin of this process at the same address (its allocation
-    // reused): then that pin is unpinned without a callback. The driver's own design leaves that
-    // window open to every client that calls put_pages while the memory may be freed
-    // (nvidia-peermem too). peermem-rs calls this only from the pinning process, holding `N_PINS`
-    // (src/client.rs), under which it checked that the callback had not torn N down and under
-    // which no pin of its own is made, persistent ones included (the caller's P2P objects can be
-    // RM's internal one, which holds persistent pins, when the caller created it: 550
-    // third_party_p2p.c:75, 153-164, 300-342), so none of its pins can take the address; a pin
-    // made meanwhile by another module of the process can (model: crates/protocol-model,
-    // `Bug::StaleUnpin`).
+    // SAFETY: what the driver does with `key`, and what makes it ours:
+    // - it uses `key` only to look up among the pins of the caller's P2P objects, and dereferences
+    //   it only when found there, a live pin [NV-PUT-PAGES-LOOKUP, NV-PUT-PAGES-NO-READ];
+    // - a key whose pin a teardown freed finds nothing, unless another pin of the same objects
+    //   took its address meanwhile: that pin is then unpinned without its callback. The caller's
+    //   objects include RM's internal one, of persistent pins, when the caller created it
+    //   [NV-INTERNAL-OBJECT];
+    // - peermem-rs calls this only from the pinning process, holding `N_PINS` (src/client.rs),
+    //   under which it checked that the callback had not torn N down; every pin of its own,
+    //   persistent ones included, is made under `N_PINS` too, so none is made meanwhile and none
+    //   can take the address;
+    // - a pin made meanwhile by another module of the same process can; the driver leaves that
+    //   window open to every client that unpins while the memory may be freed (model:
+    //   crates/protocol-model, `Bug::StaleUnpin`).
     check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), key.0.as_ptr()) })
 }
 
 /// Waits until every free callback the driver has started has returned to it: a
 /// `nvidia_p2p_put_pages` that can find no pin. The driver takes its RM API lock for it before it
-/// looks for the key (osapi.c 550:4689) and answers 0 for a key it does not find (nv-p2p.c
-/// 550:330-335); every teardown of a non-persistent pin holds that lock across the client's
-/// callback and the frees (third_party_p2p.c 550:556-609). An error means the driver may not have
+/// looks for the key [NV-API-LOCK] and answers 0 for a key it does not find
+/// [NV-PUT-PAGES-LOOKUP]; every teardown of a non-persistent pin holds that lock, for write or for
+/// read, across the client's callback and the frees [NV-TEARDOWN, NV-TEARDOWN-LOCK-MODE], and a
+/// writer waits for readers too. An error means the driver may not have
 /// waited: it could not allocate its stack (`-ENOMEM`, before RM), or RM refused its lock
 /// (`NV_ERR_INVALID_LOCK_STATE`; from 570 also `NV_ERR_NOT_READY`) or failed after it; nv-p2p.c
 /// WARNs at every RM error but "not found" (550 nv-p2p.c:324-338). Its caller asks again a bounded
@@ -307,10 +310,12 @@ pub(crate) fn wait_for_teardowns() -> Result {
     let key = core::ptr::addr_of!(NO_PIN)
         .cast_mut()
         .cast::<sys::nvidia_p2p_page_table>();
-    // SAFETY: from 535 the driver does not dereference a non-persistent table before looking it up
-    // among the calling process's pins by its address (nv-p2p.c 550:316-335; p2p.c 550:1455-1493,
-    // 872-954), and no pin has this address, so it finds nothing; the virtual address is ignored
-    // in that lookup.
+    // SAFETY: what the driver does with this key:
+    // - from 535 it reads no table before looking the key up among the caller's pins
+    //   [NV-PUT-PAGES-NO-READ] (this function exists only in builds for 535 and later);
+    // - no pin has the address of a static of ours, so the lookup finds nothing and nothing is
+    //   dereferenced or unpinned [NV-PUT-PAGES-LOOKUP];
+    // - the virtual address is ignored in that lookup.
     check(unsafe { sys::nvidia_p2p_put_pages(0, 0, 0, key) })
 }
 
