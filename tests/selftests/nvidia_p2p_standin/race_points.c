@@ -399,9 +399,9 @@ TEST_F(racepoint, teardown_holds_api_lock)
 }
 
 /*
- * With ro_api_lock_free (RM's RmRoApiLock free bit), a free holds the API lock for read, and the
- * GPUs lock, around its callbacks: a pin or an unpin (writers) of other memory still waits for it,
- * and so does a second free (the GPUs lock). So a client's barrier, a put_pages that waits for the
+ * With ro_api_lock_free (RM's RmRoApiLock free bit), a FREE holds the API lock for read, and the
+ * GPUs lock, around its callbacks: a second free waits for it on the GPUs lock, and a pin or an
+ * unpin (writers) of other memory waits on the API lock. So a client's barrier, a put_pages that waits for the
  * API lock, still waits for a callback that runs under a read-held lock.
  */
 TEST_F(racepoint, teardown_holds_api_lock_for_read)
@@ -432,13 +432,18 @@ TEST_F(racepoint, teardown_holds_api_lock_for_read)
 	ASSERT_EQ(0, race_gate(STANDIN, "teardown.before_callback", HOLD_MS));
 	ASSERT_EQ(0, op_start(&free_a));
 	ASSERT_LT(0, race_wait_held(STANDIN, "teardown.before_callback", HOLD_MS));
+	/* The second free first, alone: no writer is queued on the API lock that it could wait
+	 * behind, so what holds it is the GPUs lock. */
 	ASSERT_EQ(0, op_start(&free_b));
+	EXPECT_TRUE(op_blocked(&free_b));
+	EXPECT_EQ(0, gpu_counter("free_callbacks"));
 	ASSERT_EQ(0, op_start(&pin_c));
 	ASSERT_EQ(0, op_start(&put_c));
-	EXPECT_TRUE(op_blocked(&free_b));	/* on the GPUs lock */
 	EXPECT_TRUE(op_blocked(&pin_c));	/* on the API lock, a writer */
 	EXPECT_TRUE(op_blocked(&put_c));
 	ASSERT_EQ(0, probe_state(self->env.probe, a, &st));
+	EXPECT_EQ(0, st.callbacks);
+	ASSERT_EQ(0, probe_state(self->env.probe, b, &st));
 	EXPECT_EQ(0, st.callbacks);
 
 	ASSERT_EQ(0, race_open(STANDIN, "teardown.before_callback"));	/* free_b then passes it */

@@ -5,8 +5,8 @@
 # and NVIDIA's nvidia-peermem 550 in the same configurations, in the windows where it stays clean
 # (nvidia_peermem_clean; where it crashes or deadlocks it runs in boots of its own, windows.py).
 # The invalidating configurations of both run once more with the NVIDIA stand-in's
-# ro_api_lock_free (RM's RmRoApiLock free bit: frees and exits hold the RM API lock for read, and
-# the GPUs lock, around the free callbacks; the stand-in's README, "API lock"): the client's
+# ro_api_lock_free (RM's RmRoApiLock free bit: an explicit free holds the RM API lock for read,
+# and the GPUs lock, around the free callbacks; the stand-in's README, "Locks"): the client's
 # barrier and every pin and unpin still wait for such a teardown, as writers.
 # Every configuration is one KTAP test whose subtests are the windows.
 #

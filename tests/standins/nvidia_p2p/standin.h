@@ -197,10 +197,10 @@ struct standin_state {
 	struct rw_semaphore api_lock;
 	struct task_struct *api_lock_owner;
 	/*
-	 * With ro_api_lock_free: the task holding the API lock for read in a free (frees only, and one
+	 * With ro_api_lock_free: the task holding the API lock for read in a FREE (frees only, and one
 	 * at a time: they also hold gpus_lock, which is what orders them in RM, below), so that a
 	 * re-entry from its callbacks fails as well, as RM's per-thread record of every holder makes it
-	 * fail (595.45.04 src/nvidia/src/kernel/rmapi/rmapi.c:681, 760-763).
+	 * fail (595.45.04 src/nvidia/src/kernel/rmapi/rmapi.c:682-692, 760-763).
 	 */
 	struct task_struct *api_lock_reader;
 	/*

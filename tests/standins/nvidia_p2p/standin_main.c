@@ -196,22 +196,25 @@ MODULE_PARM_DESC(mps_departed_tgid,
 
 /*
  * RM's registry key RmRoApiLock with its FREE_RESOURCE bit set (595.45.04
- * src/nvidia/interface/nvrm_registry.h:711-720; not set by default, where only controls may take
- * the API lock for read, src/nvidia/src/kernel/core/system.c:395-412): a free of video memory, and a
- * process's exit, which frees its RM client and with it its memory, then take the API lock for read
- * (serverFreeResourceLookupLockFlags, alloc_free.c:1733-1768; serverFreeResourceTree,
- * rs_server.c:1205-1256; serverTopLock_Prologue, alloc_free.c:241-256) and the GPUs lock
- * (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE, resource_list.h:506-512), and run the P2P teardown and its
- * free callbacks under them. Every other path (the rm_p2p_* calls, UNREGISTER_VIDMEM, whose
- * controls are not API_LOCK_READONLY, g_third_party_p2p_nvoc.c, and GPU removal) takes it for
- * write as before. What changes for a client: the callback runs under a read-held lock. A re-entry
- * from it fails as under a write-held one: RM records every holder, reader or writer, in a
- * thread-local entry (rmapi.c:681), which rmapiLockIsOwner reads (rmapi.c:760-763, checked at 563).
+ * src/nvidia/interface/nvrm_registry.h:709-724; not set by default, where only controls take the
+ * API lock for read, src/nvidia/src/kernel/core/system.c:375-413, and only for the modules of
+ * apiLockModuleMask, 420-423, rmapi.c:572-580): an explicit free of video memory then takes the
+ * API lock for read (serverFreeResourceLookupLockFlags, alloc_free.c:1733-1768;
+ * serverFreeResourceTree, rs_server.c:1205-1256; serverTopLock_Prologue, alloc_free.c:241-256)
+ * and the GPUs lock (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE, resource_list.h:506-512), and runs the P2P
+ * teardown and its free callbacks under them. (The force-shared-lock property, on by default,
+ * concerns only resources flagged for it, OsDescMemory, resource_list.h:577: not video memory.)
+ * Every other path takes it for write as before: the rm_p2p_* calls, UNREGISTER_VIDMEM (the P2P
+ * controls are not API_LOCK_READONLY, g_third_party_p2p_nvoc.c:351-428), GPU removal, and a
+ * closing file's clients, which RM frees under a write-held lock (osapi.c:3006-3032). What changes
+ * for a client: the callback of a FREE runs under a read-held lock. A re-entry from it fails as
+ * under a write-held one: RM records every holder, reader or writer, in a thread-local entry
+ * (rmapi.c:682-692), which rmapiLockIsOwner reads (rmapi.c:760-763, checked at 563).
  */
 bool ro_api_lock_free;
 module_param(ro_api_lock_free, bool, 0644);
 MODULE_PARM_DESC(ro_api_lock_free,
-		 "frees and exits hold the RM API lock for read (RmRoApiLock's free bit; default: write)");
+		 "FREE holds the RM API lock for read (RmRoApiLock's free bit; default: write)");
 
 /* 580+: NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET (Grace, Ampere Altra, AmpereOne in nvidia.ko). */
 bool p2p_unsupported_chipset;
@@ -610,8 +613,13 @@ static int standin_release(struct inode *inode, struct file *file)
 
 	count_dec(user_clients);
 
-	/* Only the task holding the lock could be refused, and it cannot be closing our file. */
-	if (WARN_ON(rm_api_lock_free(__func__)))
+	/*
+	 * Only the task holding the lock could be refused, and it cannot be closing our file. For
+	 * write in every mode: RM frees a closing file's clients under the lock taken for write
+	 * (rm_cleanup_file_private, 595.45.04 osapi.c:3006-3032), unless clients are freed deferred
+	 * (RmClientListDeferredFree, off by default), which ro_api_lock_free does not model.
+	 */
+	if (WARN_ON(rm_api_lock(__func__)))
 		return 0;
 	for (;;) {
 		victim = NULL;
@@ -630,7 +638,7 @@ static int standin_release(struct inode *inode, struct file *file)
 		rm_del_vidmem_locked(victim);
 		standin_alloc_put(victim);
 	}
-	rm_api_unlock_free();
+	rm_api_unlock();
 	return 0;
 }
 

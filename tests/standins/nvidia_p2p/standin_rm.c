@@ -102,9 +102,8 @@ void rm_api_unlock(void)
 }
 
 /*
- * The locks of a free of video memory or of a process's RM client (ioc_free, standin_release):
- * the API lock for write, or with ro_api_lock_free for read and the GPUs lock (see
- * ro_api_lock_free in standin_main.c). The unlock tells the two apart by the write owner, so a
+ * The locks of an explicit free of video memory (ioc_free): the API lock for write, or with
+ * ro_api_lock_free for read and the GPUs lock (see ro_api_lock_free in standin_main.c). The unlock tells the two apart by the write owner, so a
  * change of the parameter between the two cannot unbalance them.
  */
 noinline int rm_api_lock_free(const char *fn)
