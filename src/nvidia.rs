@@ -311,8 +311,9 @@ pub(crate) fn wait_for_teardowns() -> Result {
         .cast_mut()
         .cast::<sys::nvidia_p2p_page_table>();
     // SAFETY: what the driver does with this key:
-    // - from 535 it reads no table before looking the key up among the caller's pins
-    //   [NV-PUT-PAGES-NO-READ] (this function exists only in builds for 535 and later);
+    // - it reads no table before looking the key up among the caller's pins in every release
+    //   with the persistent API [NV-PUT-PAGES-NO-READ], and this function exists only in builds
+    //   for such a header (`peermem_persistent_api`) [NV-PERSISTENT-API];
     // - no pin has the address of a static of ours, so the lookup finds nothing and nothing is
     //   dereferenced or unpinned [NV-PUT-PAGES-LOOKUP];
     // - the virtual address is ignored in that lookup.
