@@ -7,7 +7,8 @@
 # them builds a new kernel and a warm cache costs nothing.
 #
 # PEERMEM_KERNEL_FLAVOUR=bench builds the benchmark kernel instead: the same source and fragments with
-# tests/bench/kernel.config merged last (the debug options off), cached under its own key.
+# tests/bench/kernel.config (the debug options off) and tests/bench/slab.config (/proc/slabinfo) merged
+# last, cached under its own key.
 # PEERMEM_KERNEL_FLAVOUR=ubuntu builds the Ubuntu-style kernel: the benchmark kernel's fragments, then
 # tests/vm/ubuntu.config (symbol versions with gendwarfksyms, an Ubuntu release string), with GCC
 # as Ubuntu builds its kernels; tests/infra/stock-kernel.sh lays it out as Ubuntu's packages do.
@@ -22,7 +23,7 @@ SERIES=7.3
 FRAGMENTS=("$REPO_ROOT/tests/vm/vm.config" "$REPO_ROOT/tests/selftests/peermem/config")
 case "$FLAVOUR" in
     test) ;;
-    bench) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config") ;;
+    bench) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config" "$REPO_ROOT/tests/bench/slab.config") ;;
     ubuntu) FRAGMENTS+=("$REPO_ROOT/tests/bench/kernel.config" "$REPO_ROOT/tests/vm/ubuntu.config") ;;
     lts-6.12) SERIES=6.12; FRAGMENTS+=("$REPO_ROOT/tests/vm/lts-6.12.config") ;;
     *) die "PEERMEM_KERNEL_FLAVOUR is test, bench, ubuntu or lts-6.12, not '$FLAVOUR'" ;;
