@@ -12,7 +12,7 @@
  *                                           from its debugfs counters around each call
  *   bench invalidation LABEL RUNS SIZE...   cudaFree to the NIC's memory key revoked
  *   bench throughput LABEL SECONDS SIZE THREADS...   registrations per second
- *   bench memory LABEL N SIZE               kernel memory (unreclaimable slab) per live registration
+ *   bench memory LABEL N SIZE               kernel memory per live registration, cache by cache
  *   bench selftest                          the unit checks of this file's helpers
  *
  * Records (space-separated, first word the kind):
@@ -25,10 +25,17 @@
  *       client's invalidation calls them from the free callback)
  *   tput LABEL SIZE THREADS REGISTRATIONS NS
  *   mem LABEL SIZE N SUNRECLAIM_KB_BEFORE SUNRECLAIM_KB_AFTER
+ *   slab LABEL SIZE N CACHE OBJECT_BYTES ACTIVE_BEFORE ACTIVE_AFTER   (one per slab cache whose
+ *       active objects changed over the N registrations, from /proc/slabinfo; OBJECT_BYTES is the
+ *       cache's object size with its alignment and metadata, what an object really occupies)
+ *   steps LABEL SIZE RUN PHASE NAME:CALLS:NS...   (the counted runs of peermem_rs only: its own
+ *       per-step time accounting, PEERMEM_STEPS, read around the registration (PHASE reg) and the
+ *       deregistration (dereg); steps without calls are left out)
  * SIZE accepts K/M/G suffixes (powers of 1024).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -239,6 +246,89 @@ static int open_both(int *gpu)
 	return pmh;
 }
 
+/* peermem_rs's per-step time accounting (its time_accounting parameter): "STEP CALLS NS" lines. */
+#define PEERMEM_STEPS "/sys/kernel/debug/peermem_rs/time"
+#define MAXSTEPS 64
+
+struct steps {
+	int n;
+	char name[MAXSTEPS][48];
+	long long calls[MAXSTEPS];
+	long long ns[MAXSTEPS];
+};
+
+/* The whole of a file that may be longer than one page (a seq_file), or -errno. */
+static int read_all(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t len = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (len + 1 < size) {
+		ssize_t n = read(fd, buf + len, size - 1 - len);
+
+		if (n < 0) {
+			int e = errno;
+
+			close(fd);
+			return -e;
+		}
+		if (!n)
+			break;
+		len += n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	return len + 1 < size ? 0 : -EFBIG;
+}
+
+/* "STEP CALLS NS" lines into @st; -1 when a line is not of that shape. */
+static int parse_steps(const char *text, struct steps *st)
+{
+	const char *line = text;
+
+	st->n = 0;
+	while (line && *line) {
+		if (*line != '\n') {
+			if (st->n == MAXSTEPS ||
+			    sscanf(line, "%47s %lld %lld", st->name[st->n], &st->calls[st->n],
+				   &st->ns[st->n]) != 3)
+				return -1;
+			st->n++;
+		}
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
+	return 0;
+}
+
+/* 0 and @st filled, or -1 when the loaded client has no step accounting (nvidia-peermem). */
+static int steps_read(struct steps *st)
+{
+	char buf[8192];
+
+	if (read_all(PEERMEM_STEPS, buf, sizeof(buf)))
+		return -1;
+	if (parse_steps(buf, st))
+		fatal("%s: not \"STEP CALLS NS\" lines", PEERMEM_STEPS);
+	return 0;
+}
+
+static void steps_print(const char *label, uint64_t size, int run, const char *phase,
+			const struct steps *a, const struct steps *b)
+{
+	if (a->n != b->n)
+		fatal("%s changed its steps between two readings", PEERMEM_STEPS);
+	printf("steps %s %llu %d %s", label, (unsigned long long)size, run, phase);
+	for (int i = 0; i < a->n; i++)
+		if (b->calls[i] != a->calls[i])
+			printf(" %s:%lld:%lld", a->name[i], b->calls[i] - a->calls[i],
+			       b->ns[i] - a->ns[i]);
+	printf("\n");
+}
+
 #define WARMUP 2
 
 /*
@@ -259,16 +349,23 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 		buf_alloc(&b, gpu, size);
 		for (int run = -WARMUP; run < runs; run++) {
 			struct provider p0, p1, p2, dr, dd;
+			struct steps s0, s1, s2;
+			bool stepped = false;
 			uint64_t t0, t1, t2, t3;
 			__u64 h;
 
-			if (counted)
+			if (counted) {
+				stepped = !steps_read(&s0);
 				provider_read(&p0);
+			}
 			t0 = now_ns();
 			h = reg(pmh, b.va, size);
 			t1 = now_ns();
-			if (counted)
+			if (counted) {
 				provider_read(&p1);
+				if (stepped && steps_read(&s1))
+					fatal("%s went away", PEERMEM_STEPS);
+			}
 			t2 = now_ns();
 			dereg(pmh, h);
 			t3 = now_ns();
@@ -280,6 +377,12 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 				continue;
 			}
 			provider_read(&p2);
+			if (stepped) {
+				if (steps_read(&s2))
+					fatal("%s went away", PEERMEM_STEPS);
+				steps_print(label, size, run, "reg", &s0, &s1);
+				steps_print(label, size, run, "dereg", &s1, &s2);
+			}
 			dr = provider_delta(&p0, &p1);
 			dd = provider_delta(&p1, &p2);
 			printf("lat %s %llu %d %llu %llu reg", label, (unsigned long long)size, run,
@@ -452,6 +555,53 @@ static long long slab_kb(void)
 	return strtoll(p + 12, NULL, 10);
 }
 
+#define MAXCACHES 512
+
+struct slabs {
+	int n;
+	char name[MAXCACHES][64];
+	long long active[MAXCACHES];
+	long long objsize[MAXCACHES];
+};
+
+/*
+ * /proc/slabinfo ("slabinfo - version: 2.1", a "# name <active_objs> <num_objs> <objsize> ..."
+ * header, then a line per cache) into @sl; -1 when it is not of that shape.
+ */
+static int parse_slabinfo(const char *text, struct slabs *sl)
+{
+	const char *line = text;
+
+	sl->n = 0;
+	if (strncmp(text, "slabinfo - version: 2.", 22))
+		return -1;
+	while ((line = strchr(line, '\n')) && *++line) {
+		long long active, num, objsize;
+
+		if (*line == '#')
+			continue;
+		if (sl->n == MAXCACHES ||
+		    sscanf(line, "%63s %lld %lld %lld", sl->name[sl->n], &active, &num, &objsize) != 4)
+			return -1;
+		sl->active[sl->n] = active;
+		sl->objsize[sl->n] = objsize;
+		sl->n++;
+	}
+	return sl->n ? 0 : -1;
+}
+
+static void slabs_read(struct slabs *sl)
+{
+	static char buf[128 << 10];
+	int ret = read_all("/proc/slabinfo", buf, sizeof(buf));
+
+	if (ret)
+		fatal("cannot read /proc/slabinfo (%s): a kernel without CONFIG_SLUB_DEBUG? "
+		      "(tests/bench/slab.config)", strerror(-ret));
+	if (parse_slabinfo(buf, sl))
+		fatal("/proc/slabinfo is not of the 2.x format");
+}
+
 /* Let deferred frees (RCU, work items) finish before a reading. */
 static void settle(void)
 {
@@ -462,6 +612,7 @@ static void memory(const char *label, int n, uint64_t size)
 {
 	int gpu, pmh = open_both(&gpu);
 	__u64 *handles = calloc(n, sizeof(*handles));
+	static struct slabs sb, sa;
 	long long before, after;
 	struct gpu_buf b;
 
@@ -473,11 +624,27 @@ static void memory(const char *label, int n, uint64_t size)
 	dereg(pmh, reg(pmh, b.va, size));
 	settle();
 	before = slab_kb();
+	slabs_read(&sb);
 	for (int i = 0; i < n; i++)
 		handles[i] = reg(pmh, b.va + (size_t)i * size, size);
 	settle();
 	after = slab_kb();
+	slabs_read(&sa);
 	printf("mem %s %llu %d %lld %lld\n", label, (unsigned long long)size, n, before, after);
+	/* Caches are never destroyed while the registrations live, so both readings list them in
+	 * the same order but for caches created in between, which start from nothing. */
+	for (int j = 0; j < sa.n; j++) {
+		long long was = 0;
+
+		for (int i = 0; i < sb.n; i++)
+			if (!strcmp(sb.name[i], sa.name[j])) {
+				was = sb.active[i];
+				break;
+			}
+		if (sa.active[j] != was)
+			printf("slab %s %llu %d %s %lld %lld %lld\n", label, (unsigned long long)size, n,
+			       sa.name[j], sa.objsize[j], was, sa.active[j]);
+	}
 	fflush(stdout);
 	for (int i = 0; i < n; i++)
 		dereg(pmh, handles[i]);
@@ -535,6 +702,23 @@ static int selftest(void)
 	d = provider_delta(&p, &q);
 	CHECK(d.calls[4] == 3 && d.ns[4] == 500 && d.model_ns == 70000 && d.calls[0] == 0);
 	CHECK(parse_counters("", &p) == -1);
+	{
+		static struct slabs sl;
+		static struct steps st;
+
+		CHECK(parse_slabinfo("slabinfo - version: 2.1\n"
+				     "# name            <active_objs> <num_objs> <objsize> <objperslab>\n"
+				     "kmalloc-256 1024 1056 256 16 1 : tunables 0 0 0 : slabdata 66 66 0\n"
+				     "nvp2p_pin 7 40 200 20 1 : tunables 0 0 0 : slabdata 2 2 0\n", &sl) == 0);
+		CHECK(sl.n == 2 && !strcmp(sl.name[1], "nvp2p_pin") && sl.active[0] == 1024 &&
+		      sl.objsize[0] == 256 && sl.objsize[1] == 200);
+		CHECK(parse_slabinfo("kmalloc-256 1 1 256\n", &sl) == -1);
+		CHECK(parse_slabinfo("slabinfo - version: 2.1\nkmalloc-256 x\n", &sl) == -1);
+		CHECK(parse_steps("acquire 3 900\nget_pages 2 4000\n", &st) == 0);
+		CHECK(st.n == 2 && !strcmp(st.name[1], "get_pages") && st.calls[0] == 3 &&
+		      st.ns[1] == 4000);
+		CHECK(parse_steps("acquire 3\n", &st) == -1);
+	}
 	if (failures)
 		fprintf(stderr, "selftest: %d check(s) failed\n", failures);
 	else
