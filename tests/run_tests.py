@@ -211,6 +211,7 @@ HOST_SCRIPTS = [
     ("host: the test baseline's own checks", REPO / "tests/baseline_test.py"),
     ("host: the VM runner's stall watch", REPO / "tests/vm/stall_test.py"),
     ("host: the conformance comparison's rules", REPO / "tests/selftests/conformance/compare_test.py"),
+    ("host: make bench's own checks", REPO / "tests/bench/bench_test.py"),
 ]
 
 

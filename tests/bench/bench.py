@@ -3,34 +3,49 @@
 """`make bench`: registration cost of peermem-rs against NVIDIA's nvidia-peermem 550, side by side.
 
 Builds the benchmark kernel (tests/infra/build-kernel.sh with PEERMEM_KERNEL_FLAVOUR=bench: the test
-kernel without its debug options), the stand-ins, peermem_rs.ko and NVIDIA's nvidia-peermem.ko
-against it, and the guest program tests/bench/bench.c; boots ONE `switch-iommu` VM (the emulated
-IOMMU on, so DMA mapping costs what it really costs there) with a GPU BAR big enough for 1 GiB
-registrations, and in that boot, on the same stand-ins, for the cost model off and on:
+kernel without its debug options, with /proc/slabinfo), the stand-ins, peermem_rs.ko and NVIDIA's
+nvidia-peermem.ko against it, and the guest program tests/bench/bench.c; then boots `switch-iommu`
+VMs (the emulated IOMMU on, so DMA mapping costs what it really costs there) with a GPU BAR big
+enough for 1 GiB registrations, --boots of them at least. Three clients, each with the stand-ins'
+cost model off and on:
 
-  peermem-rs, persistent client      (persistent_api_support=1)
-  peermem-rs, invalidating client    (persistent_api_support=0)
-  nvidia-peermem 550                 (invalidating only: 550 has no persistent option)
+  rs-i  peermem-rs, invalidating client    (persistent_api_support=0)
+  nv    nvidia-peermem 550                 (invalidating only: 550 has no persistent option)
+  rs-p  peermem-rs, persistent client      (persistent_api_support=1)
 
-each loaded alone (one peer-memory client at a time), measures registration and deregistration
-latency per size (median and p99 over --runs runs), invalidation latency (cudaFree to the NIC's key
-revoked) for the invalidating clients, registration throughput with 1, 2 and 8 threads, and slab
-memory per live registration; the NVIDIA stand-in's counters give the provider's calls and time per
-registration. Writes BENCHMARKS.md and BENCHMARKS.svg at the top of the repository, and the raw
-records in .build/bench/. Never part of make check: figures are TCG figures and noisy.
+Within a boot the six (client, cost model) pairs run in many small blocks, each round of six in an
+order drawn from a seeded random generator (the seed is in the report), every block on freshly
+loaded modules; a block measures registration and deregistration latency per size (back to back,
+then counted: the provider's counters and peermem-rs's own per-step time read around each call),
+invalidation latency (invalidating clients), registration throughput with 1, 2 and 8 threads, and
+(cost model off) kernel memory per live registration from /proc/slabinfo, cache by cache.
 
-    tests/bench/bench.py [--runs N] [--sizes 64K,...] [--seconds S] [--mem-n N] [--bar-mib M]
-    tests/bench/bench.py --report-only      # rewrite BENCHMARKS.md from .build/bench/results
+Every record of every boot is kept, in .build/bench/boots/N/ and in BENCHMARKS.data.gz at the top of
+the repository (the input of --report-only). A boot whose figures fail the validity gate (for each
+client, size and phase, "cost model on" minus "off" must be at least the modelled cost, less a
+tolerance: otherwise the two halves ran under different conditions) is kept, reported as rejected,
+left out of the figures, and another boot is run, up to --max-rejected times. Figures: per boot the
+median of each (client, model, size, phase); ratios per boot; the report gives the median of the
+per-boot figures, their range, and a 95% confidence interval from a two-level bootstrap (boots
+resampled, then samples within each boot). Writes BENCHMARKS.md and BENCHMARKS.svg. Never part of
+make check: TCG figures are noisy and never gate CI.
+
+    tests/bench/bench.py [--boots N] [--blocks N] [--runs N] [--counted-runs N] [--sizes 64K,...]
+                         [--seconds S] [--mem-n N] [--bar-mib M] [--seed S] [--max-rejected N]
+    tests/bench/bench.py --report-only      # rewrite BENCHMARKS.md from BENCHMARKS.data.gz
     tests/bench/bench.py --self-test        # the unit checks of the statistics and the report
 
-Exit status: 0 when the guest ran everything without an error (targets missed are reported, not
-failed); non-zero on any error (a failed registration is an error, not a data point).
+Exit status: 0 when every boot ran without an error (targets missed are reported, not failed);
+non-zero on any error (a failed registration is an error, not a data point; so is a kernel splat).
 """
 
 import argparse
+import gzip
+import io
 import math
 import os
 import platform
+import random
 import re
 import shutil
 import subprocess
@@ -50,63 +65,88 @@ import vm  # noqa: E402
 OUT = REPO / ".build" / "bench"
 PAYLOAD = OUT / "payload"
 SRC = OUT / "src"
-RESULTS = OUT / "results"
+BOOTS = OUT / "boots"
 DOC = REPO / "BENCHMARKS.md"
 SVG = REPO / "BENCHMARKS.svg"
+DATA = REPO / "BENCHMARKS.data.gz"
 GPU_PAGE = 64 << 10
-FNS = ["get_pages", "get_pages_persistent", "put_pages", "put_pages_persistent", "dma_map_pages",
-       "dma_unmap_pages"]
-CLIENTS = [  # label, description, insmod arguments, invalidating
-    ("rs-p", "peermem-rs, persistent client", "peermem_rs.ko persistent_api_support=1 peerdirect_support=0", False),
-    ("rs-i", "peermem-rs, invalidating client", "peermem_rs.ko persistent_api_support=0 peerdirect_support=0", True),
-    ("nv", "nvidia-peermem 550", "nvidia-peermem.ko", True),
+SHORT = ["gp", "gpp", "pp", "ppp", "dm", "du"]  # the provider's six entry points, bench.c's order
+CLIENTS = [  # label, description, invalidating
+    ("rs-i", "peermem-rs, invalidating client", True),
+    ("nv", "nvidia-peermem 550", True),
+    ("rs-p", "peermem-rs, persistent client", False),
 ]
-MODNAME = {"rs-p": "peermem_rs", "rs-i": "peermem_rs", "nv": "nvidia_peermem"}
+LABELS = [c[0] for c in CLIENTS]
+NAMES = {c[0]: c[1] for c in CLIENTS}
 DEFAULT_SIZES = "64K,256K,1M,4M,16M,64M,256M,1G"
 NOTES = "<!-- notes: hand-written, kept by bench.py across runs; check them against the figures above -->"
 THREADS = [1, 2, 8]
+BOOTSTRAP = 2000
+# The validity gate: "on" minus "off" at least the modelled cost less this share of it and of "off".
+GATE_MODEL_SHARE, GATE_OFF_SHARE = 0.10, 0.10
+# NVIDIA's own persistent client (nvidia-peermem 560 and later, persistent_api_support=1, its
+# default), read in NVIDIA/open-gpu-kernel-modules at 595.45.04, kernel-open/nvidia-peermem/
+# nvidia-peermem.c: nv_mem_acquire_nc (lines 246-297) pins persistently and unpins at once to
+# probe; nv_mem_get_pages_nc (503-533) pins persistently again; nv_dma_map (300-345) maps;
+# deregistration unmaps (nv_dma_unmap) and unpins (nv_mem_put_pages_common, 395-425). The same
+# shape since 560.28.03.
+NV_PERSISTENT_CALLS = {"reg": "gpp2 ppp1 dm1", "dereg": "ppp1 du1"}
 
 PLAN = r"""
 set -u
 M=/payload/modules
 B=/payload/bench
 R=/results/raw.txt
+T=/sys/module/peermem_rs/parameters/time_accounting
 : > $R
 fail() {{ echo "BENCH-FAIL: $*"; exit 1; }}
 {{ uname -r; nproc; cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l; }} > /results/env.txt
-# Two rounds, the clients in opposite orders, so that whatever drifts during a boot (the IOMMU's
-# IOVA and page-table state, the host's other load) does not favour the client that runs first.
-for round in 1 2; do
- for cost in 0 1; do
-  [ $round = 1 ] && order="{clients}" || order="{clients_reversed}"
-  for label in $order; do
-    echo "bench: round $round $label cost_model=$cost"
-    insmod $M/nvidia_p2p_standin.ko cost_model=$cost || fail "insmod nvidia_p2p_standin"
-    insmod $M/peer_mem_host.ko || fail "insmod peer_mem_host"
-    case $label in
-      rs-p) insmod $M/peermem_rs.ko persistent_api_support=1 peerdirect_support=0 || fail "insmod peermem_rs" ;;
-      rs-i) insmod $M/peermem_rs.ko persistent_api_support=0 peerdirect_support=0 || fail "insmod peermem_rs" ;;
-      nv) insmod $M/nvidia-peermem.ko || fail "insmod nvidia-peermem" ;;
-    esac
-    t0=$(cut -d' ' -f1 /proc/uptime)
-    $B latency-plain $label:$cost {runs} {sizes} >> $R || fail "latency $label cost $cost"
-    $B latency $label:$cost {runs} {sizes} >> $R || fail "counted latency $label cost $cost"
-    case $label in rs-i|nv)
-      $B invalidation $label:$cost {runs} {inv_sizes} >> $R || fail "invalidation $label cost $cost" ;;
-    esac
-    $B throughput $label:$cost {seconds} 64K {threads} >> $R || fail "throughput $label cost $cost"
-    if [ $cost = 0 ]; then
-      $B memory $label:$cost {mem_n} 64K >> $R || fail "memory $label"
-    fi
-    echo "bench: round $round $label cost_model=$cost took $(awk -v a=$t0 -v b=$(cut -d' ' -f1 /proc/uptime) 'BEGIN {{ print b - a }}') s"
-    for m in peermem_rs nvidia_peermem peer_mem_host nvidia_p2p_standin; do
-      [ -e /sys/module/$m/initstate ] && {{ rmmod $m || fail "rmmod $m"; }}
-    done
+unload() {{
+  for m in peermem_rs nvidia_peermem peer_mem_host nvidia_p2p_standin; do
+    [ -e /sys/module/$m/initstate ] && {{ rmmod $m || fail "rmmod $m"; }}
   done
- done
-done
+}}
+# One block: the client alone on freshly loaded stand-ins, the cost model as asked.
+block() {{
+  n=$1 label=$2 cost=$3
+  L=$label:$cost
+  echo "blk $n $label $cost" >> $R
+  insmod $M/nvidia_p2p_standin.ko cost_model=$cost || fail "insmod nvidia_p2p_standin"
+  insmod $M/peer_mem_host.ko || fail "insmod peer_mem_host"
+  case $label in
+    rs-p) insmod $M/peermem_rs.ko persistent_api_support=1 peerdirect_support=0 || fail "insmod peermem_rs" ;;
+    rs-i) insmod $M/peermem_rs.ko persistent_api_support=0 peerdirect_support=0 || fail "insmod peermem_rs" ;;
+    nv) insmod $M/nvidia-peermem.ko || fail "insmod nvidia-peermem" ;;
+  esac
+  $B latency-plain $L {runs} {sizes} >> $R || fail "latency $L"
+  # peermem-rs's step accounting only while counted: the back-to-back runs above go without it.
+  [ -e $T ] && {{ echo 1 > $T || fail "time_accounting on"; }}
+  $B latency $L {counted_runs} {sizes} >> $R || fail "counted latency $L"
+  [ -e $T ] && {{ echo 0 > $T || fail "time_accounting off"; }}
+  case $label in rs-i|nv)
+    $B invalidation $L {runs} {inv_sizes} >> $R || fail "invalidation $L" ;;
+  esac
+  $B throughput $L {seconds} 64K {threads} >> $R || fail "throughput $L"
+  if [ $cost = 0 ]; then
+    $B memory $L {mem_n} 64K >> $R || fail "memory $L"
+  fi
+  unload
+}}
+t0=$(cut -d' ' -f1 /proc/uptime)
+{blocks}
+echo "bench: {nblocks} blocks took $(awk -v a=$t0 -v b=$(cut -d' ' -f1 /proc/uptime) 'BEGIN {{ print b - a }}') s"
 echo BENCH-DONE
 """
+
+
+def schedule(rng, blocks):
+    """`blocks` rounds; each round every (client, cost model) pair once, in an order drawn anew."""
+    pairs = [(c, cost) for c in LABELS for cost in (0, 1)]
+    out = []
+    for _ in range(blocks):
+        rng.shuffle(pairs)
+        out += pairs
+    return out
 
 
 # ---- statistics (unit-checked by --self-test) ----
@@ -121,7 +161,7 @@ def median(xs):
 
 def percentile(xs, p):
     """Nearest-rank percentile: the smallest value with at least p% of the values at or below it
-    (with 30 runs, p99 is the largest)."""
+    (with fewer than 100 values, p99 is the largest: call it the maximum then)."""
     xs = sorted(xs)
     if not xs:
         raise ValueError("percentile of nothing")
@@ -131,6 +171,53 @@ def percentile(xs, p):
 
 def ratio(a, b):
     return a / b if b else float("inf")
+
+
+def bootstrap(groups, per_boot, seed, iters=BOOTSTRAP):
+    """A 95% interval for "the median over boots of per_boot(boot's samples...)".
+
+    `groups`: one tuple of sample lists per boot (for a ratio, the two clients' samples). Each
+    iteration draws the boots with replacement, then within each drawn boot each sample list with
+    replacement, and takes the median over the drawn boots of per_boot(...). Returns (low, high),
+    the 2.5th and 97.5th percentiles of the iterations."""
+    rng = random.Random(seed)
+    n = len(groups)
+    vals = []
+    for _ in range(iters):
+        per = []
+        for _ in range(n):
+            g = groups[rng.randrange(n)]
+            per.append(per_boot(*(rng.choices(xs, k=len(xs)) for xs in g)))
+        vals.append(median(per))
+    vals.sort()
+    return vals[int(0.025 * iters)], vals[min(iters - 1, int(math.ceil(0.975 * iters)) - 1)]
+
+
+class Figure:
+    """One figure over the accepted boots: the median of its per-boot values, their range, the
+    bootstrap interval, and the per-boot values themselves."""
+
+    def __init__(self, groups, per_boot, seed):
+        self.per_boot = [per_boot(*g) for g in groups]
+        self.value = median(self.per_boot)
+        self.lo, self.hi = min(self.per_boot), max(self.per_boot)
+        self.ci = bootstrap(groups, per_boot, seed) if len(groups) > 1 else (self.value, self.value)
+
+    def fmt(self, f):
+        return f"{f(self.value)} [{f(self.ci[0])}, {f(self.ci[1])}]"
+
+
+def ratio_of_medians(a, b):
+    return ratio(median(a), median(b))
+
+
+def rate(samples):
+    """Registrations per second of (registrations, ns) samples, pooled."""
+    return sum(r for r, _ in samples) / (sum(ns for _, ns in samples) / 1e9)
+
+
+def ratio_of_rates(a, b):
+    return ratio(rate(a), rate(b))
 
 
 def size_name(n):
@@ -145,111 +232,713 @@ def fmt_us(ns):
     return f"{us:.0f}" if us >= 100 else f"{us:.1f}" if us >= 10 else f"{us:.2f}"
 
 
+def fmt_r(r):
+    return f"{r:.2f}"
+
+
+def seed_of(*key):
+    """A stable seed per figure, so that --report-only reproduces every interval."""
+    return sum((i + 1) * ord(ch) for i, ch in enumerate(repr(key))) & 0xFFFFFFFF
+
+
 # ---- parsing the guest's records ----
 
-def parse(text):
-    """The guest's raw records into dicts keyed by kind. Malformed lines are an error."""
-    lat, latp, inv, tput, mem = [], [], [], [], []
+def parse(text, boot=0):
+    """One boot's raw records into dicts, each with its boot and block. Malformed lines are an
+    error."""
+    out = {k: [] for k in ("lat", "latp", "inv", "tput", "mem", "slab", "steps", "blk")}
+    block = 0
     for n, line in enumerate(text.splitlines(), 1):
         f = line.split()
         if not f:
             continue
         try:
+            if f[0] == "blk":
+                assert len(f) == 4 and f[2] in LABELS, "field layout"
+                block = int(f[1])
+                out["blk"].append({"boot": boot, "block": block, "client": f[2], "cost": int(f[3])})
+                continue
+            label, cost = f[1].split(":")
+            base = {"boot": boot, "block": block, "client": label, "cost": int(cost)}
             if f[0] == "lat":
-                label, cost = f[1].split(":")
                 assert f[6] == "reg" and f[20] == "dereg" and len(f) == 34, "field layout"
-                r = {"client": label, "cost": int(cost), "size": int(f[2]), "run": int(f[3]),
-                     "reg_ns": int(f[4]), "dereg_ns": int(f[5])}
+                r = dict(base, size=int(f[2]), run=int(f[3]), reg_ns=int(f[4]), dereg_ns=int(f[5]))
                 for phase, at in (("reg", 7), ("dereg", 21)):
                     r[phase + "_calls"] = [int(x) for x in f[at:at + 6]]
                     r[phase + "_fn_ns"] = [int(x) for x in f[at + 6:at + 12]]
                     r[phase + "_model_ns"] = int(f[at + 12])
-                lat.append(r)
+                out["lat"].append(r)
             elif f[0] == "latp":
-                label, cost = f[1].split(":")
                 assert len(f) == 6, "field layout"
-                latp.append({"client": label, "cost": int(cost), "size": int(f[2]), "run": int(f[3]),
-                             "reg_ns": int(f[4]), "dereg_ns": int(f[5])})
+                out["latp"].append(dict(base, size=int(f[2]), run=int(f[3]), reg_ns=int(f[4]),
+                                        dereg_ns=int(f[5])))
             elif f[0] == "inv":
-                label, cost = f[1].split(":")
                 assert f[5] == "free" and len(f) == 19, "field layout"
-                inv.append({"client": label, "cost": int(cost), "size": int(f[2]), "ns": int(f[4]),
-                            "calls": [int(x) for x in f[6:12]], "fn_ns": [int(x) for x in f[12:18]]})
+                out["inv"].append(dict(base, size=int(f[2]), ns=int(f[4]),
+                                       calls=[int(x) for x in f[6:12]], fn_ns=[int(x) for x in f[12:18]]))
             elif f[0] == "tput":
-                label, cost = f[1].split(":")
-                tput.append({"client": label, "cost": int(cost), "size": int(f[2]), "threads": int(f[3]),
-                             "regs": int(f[4]), "ns": int(f[5])})
+                assert len(f) == 6, "field layout"
+                out["tput"].append(dict(base, size=int(f[2]), threads=int(f[3]), regs=int(f[4]), ns=int(f[5])))
             elif f[0] == "mem":
-                label, cost = f[1].split(":")
-                mem.append({"client": label, "size": int(f[2]), "n": int(f[3]),
-                            "before_kb": int(f[4]), "after_kb": int(f[5])})
+                assert len(f) == 6, "field layout"
+                out["mem"].append(dict(base, size=int(f[2]), n=int(f[3]), before_kb=int(f[4]),
+                                       after_kb=int(f[5])))
+            elif f[0] == "slab":
+                assert len(f) == 8, "field layout"
+                out["slab"].append(dict(base, size=int(f[2]), n=int(f[3]), cache=f[4], objsize=int(f[5]),
+                                        before=int(f[6]), after=int(f[7])))
+            elif f[0] == "steps":
+                assert f[4] in ("reg", "dereg"), "field layout"
+                steps = {}
+                for item in f[5:]:
+                    name, calls, ns = item.rsplit(":", 2)
+                    steps[name] = (int(calls), int(ns))
+                out["steps"].append(dict(base, size=int(f[2]), run=int(f[3]), phase=f[4], steps=steps))
             else:
                 raise ValueError(f"unknown record {f[0]}")
         except (ValueError, IndexError, AssertionError) as e:
-            raise SystemExit(f"raw record {n} is malformed ({e}): {line}")
-    return {"lat": lat, "latp": latp, "inv": inv, "tput": tput, "mem": mem}
+            raise SystemExit(f"raw record {n} of boot {boot} is malformed ({e}): {line}")
+    return out
 
 
-def summarize(data):
-    """Per (client, cost, size): latency statistics (from the back-to-back runs, latp, when there
-    are any) and where the time goes (from the counted runs, lat)."""
-    groups, plain = {}, {}
+def merge(parts):
+    out = {k: [] for k in parts[0]} if parts else {}
+    for p in parts:
+        for k, v in p.items():
+            out[k] += v
+    return out
+
+
+def load_data(path):
+    """BENCHMARKS.data.gz: '# boot N STATUS: reason' headers, each followed by that boot's raw
+    records; '# meta KEY VALUE' lines before the first boot. Returns (meta, [(boot, status,
+    reason, text)])."""
+    meta, boots, cur = {}, [], None
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            if line.startswith("# meta "):
+                k, _, v = line[7:].rstrip("\n").partition(" ")
+                meta[k] = v
+            elif line.startswith("# boot "):
+                m = re.match(r"# boot (\d+) (\w+): ?(.*)", line.rstrip("\n"))
+                cur = [int(m.group(1)), m.group(2), m.group(3), []]
+                boots.append(cur)
+            elif cur is not None:
+                cur[3].append(line)
+    return meta, [(b, st, why, "".join(t)) for b, st, why, t in boots]
+
+
+def save_data(path, meta, boots):
+    # mtime 0: the same records make the same file.
+    with io.TextIOWrapper(gzip.GzipFile(path, "wb", compresslevel=9, mtime=0), encoding="utf-8") as fh:
+        for k, v in meta.items():
+            fh.write(f"# meta {k} {v}\n")
+        for b, st, why, text in boots:
+            fh.write(f"# boot {b} {st}: {why}\n")
+            fh.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+# ---- from records to figures ----
+
+PHASES = ("reg", "dereg")
+
+
+def latency_groups(data, boots):
+    """(client, cost, size, phase) -> {boot: [ns, ...]} from the back-to-back runs."""
+    g = {}
+    for r in data["latp"]:
+        if r["boot"] in boots:
+            for phase in PHASES:
+                g.setdefault((r["client"], r["cost"], r["size"], phase), {}).setdefault(
+                    r["boot"], []).append(r[phase + "_ns"])
+    return g
+
+
+def gate(data, boot):
+    """The validity gate of one boot: [(margin_ns, needed_ns, client, size, phase)] per cell, and
+    the failed ones. A cell fails when median(on) - median(off) < modelled - tolerance, the
+    modelled cost being the stand-in's own count of the cost model's time in the counted runs."""
+    lat = latency_groups(data, {boot})
+    model = {}
     for r in data["lat"]:
-        groups.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
-    for r in data.get("latp", []):
-        plain.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
-    s = {}
-    for key, rs in groups.items():
-        pages = key[2] // GPU_PAGE
-        e = {"runs": len(plain.get(key, rs)), "pages": pages}
-        for phase in ("reg", "dereg"):
-            lat = [r[phase + "_ns"] for r in rs]
-            timed = [r[phase + "_ns"] for r in plain.get(key, rs)]
-            prov = [sum(r[phase + "_fn_ns"]) for r in rs]
-            own = [r[phase + "_ns"] - sum(r[phase + "_fn_ns"]) for r in rs]
-            e[phase] = {
-                "median": median(timed), "p99": percentile(timed, 99), "counted_median": median(lat),
-                "provider": median(prov), "own": median(own), "own_per_page": median(own) / pages,
-                "model": median([r[phase + "_model_ns"] for r in rs]),
-                # Calls per registration: the same in every run, or the run's spread says so.
-                "calls": [sorted({r[phase + "_calls"][i] for r in rs}) for i in range(6)],
-                "fn_ns": [median([r[phase + "_fn_ns"][i] for r in rs]) for i in range(6)],
-            }
-        s[key] = e
-    return s
+        if r["boot"] == boot and r["cost"] == 1:
+            for phase in PHASES:
+                model.setdefault((r["client"], r["size"], phase), []).append(r[phase + "_model_ns"])
+    cells, failed = [], []
+    for (client, size, phase), m in sorted(model.items()):
+        on, off = lat.get((client, 1, size, phase)), lat.get((client, 0, size, phase))
+        if not on or not off:
+            continue
+        mod, off_m = median(m), median(off[boot])
+        need = mod - (GATE_MODEL_SHARE * mod + GATE_OFF_SHARE * off_m)
+        margin = (median(on[boot]) - off_m) - need
+        cells.append((margin, need, client, size, phase))
+        if margin < 0:
+            failed.append((margin, need, client, size, phase))
+    return cells, failed
 
 
-def check_self():
+def memory_groups(data, boots):
+    """client -> {boot: [bytes per registration, one per block]} from the slab caches."""
+    per_block = {}
+    for r in data["slab"]:
+        if r["boot"] in boots:
+            key = (r["client"], r["boot"], r["block"])
+            per_block[key] = per_block.get(key, 0) + (r["after"] - r["before"]) * r["objsize"] / r["n"]
+    # A block whose registrations moved no cache at all has no slab records: count it as 0.
+    for r in data["mem"]:
+        if r["boot"] in boots:
+            per_block.setdefault((r["client"], r["boot"], r["block"]), 0.0)
+    g = {}
+    for (client, boot, _), v in sorted(per_block.items()):
+        g.setdefault(client, {}).setdefault(boot, []).append(v)
+    return g
+
+
+def cache_breakdown(data, boots):
+    """client -> cache -> (object bytes, median objects per registration over the blocks)."""
+    out, blocks = {}, {}
+    for r in data["mem"]:
+        if r["boot"] in boots:
+            blocks.setdefault(r["client"], set()).add((r["boot"], r["block"]))
+    per = {}
+    for r in data["slab"]:
+        if r["boot"] in boots:
+            per.setdefault((r["client"], r["cache"], r["objsize"]), {})[(r["boot"], r["block"])] = \
+                (r["after"] - r["before"]) / r["n"]
+    for (client, cache, objsize), v in per.items():
+        vals = [v.get(b, 0.0) for b in sorted(blocks.get(client, ()))]
+        out.setdefault(client, {})[cache] = (objsize, median(vals))
+    return out
+
+
+# ---- where the time goes ----
+
+# peermem-rs's step accounting (src/timing.rs, debugfs `time`): how its step names divide.
+def step_kind(name):
+    """'callback' (a host or driver callback, whole), 'provider' (an nvidia_p2p_* call made from
+    one), or 'inner' (a step inside a callback, provider calls excluded)."""
+    if name.startswith("cb_"):
+        return "callback"
+    if name.startswith("nv_"):
+        return "provider"
+    return "inner"
+
+
+def where_time_goes(data, accs, sizes):
+    lines = ["## Where the time goes (counted runs, median per registration, µs)", "",
+             "The counted runs read the NVIDIA stand-in's counters (its `calls_<fn>` and `ns_<fn>`, the "
+             "cost model included) and peermem-rs's own step accounting (its `time_accounting` "
+             "parameter, on only for these runs; debugfs `peermem_rs/time`) around each call. Total: "
+             "the call's latency in these runs. Provider: time inside the stand-in's `nvidia_p2p_*` "
+             "entry points. Client: peermem-rs's callbacks, whole, minus the provider calls they made "
+             "(its own code: for nv not measurable, –). Rest: total minus provider minus client: the "
+             "host stand-in, the ioctl and, for nv, nvidia-peermem's own code.", ""]
+    cnt, stp = {}, {}
+    for r in data["lat"]:
+        if r["boot"] in accs:
+            cnt.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
+    for r in data["steps"]:
+        if r["boot"] in accs:
+            stp.setdefault((r["client"], r["cost"], r["size"], r["phase"]), []).append(r["steps"])
+
+    def client_own(st):
+        cb = sum(ns for n, (c, ns) in st.items() if step_kind(n) == "callback")
+        pv = sum(ns for n, (c, ns) in st.items() if step_kind(n) == "provider")
+        return cb - pv
+    lines += ["| client | model | size | reg total | provider | client | rest | dereg total | provider | "
+              "client | rest | calls reg; dereg |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in LABELS:
+        for cost in (0, 1):
+            for size in sizes:
+                rs = cnt.get((c, cost, size))
+                if not rs:
+                    continue
+                cells = [c, "on" if cost else "off", size_name(size)]
+                for phase in PHASES:
+                    tot = median([r[phase + "_ns"] for r in rs])
+                    prov = median([sum(r[phase + "_fn_ns"]) for r in rs])
+                    st = stp.get((c, cost, size, phase))
+                    own = median([client_own(s) for s in st]) if st else None
+                    cells += [fmt_us(tot), fmt_us(prov), fmt_us(own) if own is not None else "–",
+                              fmt_us(tot - prov - (own or 0))]
+                calls = [calls_str([sorted({r[p + "_calls"][i] for r in rs}) for i in range(6)]) for p in PHASES]
+                lines.append("| " + " | ".join(cells + ["; ".join(calls)]) + " |")
+    lines.append("")
+    names = sorted({n for v in stp.values() for s in v for n in s}, key=lambda n: (step_kind(n), n))
+    if names:
+        show = [z for z in sizes if z in (64 << 10, 1 << 20, 16 << 20, 1 << 30)] or sizes
+        lines += ["### peermem-rs's steps (cost model off; median ns per call of the phase, calls in brackets)",
+                  "", "Callback steps (`cb_*`) include everything inside them; provider steps (`nv_*`) are "
+                  "the `nvidia_p2p_*` calls as peermem-rs times them; the rest are steps inside the "
+                  "callbacks (docs/debugfs, \"time\"). A step absent from a phase did not run in it.", "",
+                  "| step | " + " | ".join(f"{c} {p} {size_name(z)}" for c in ("rs-i", "rs-p")
+                                           for p in PHASES for z in show) + " |",
+                  "|---" * (1 + 4 * len(show)) + "|"]
+        for n in names:
+            row = [f"`{n}`"]
+            for c in ("rs-i", "rs-p"):
+                for p in PHASES:
+                    for z in show:
+                        v = [s[n] for s in stp.get((c, 0, z, p), []) if n in s]
+                        row.append(f"{median([x[1] for x in v]) / 1000:.1f} ({median([x[0] for x in v]):g})"
+                                   if v else "")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    # How much reading the counters (and peermem-rs's clock reads) changes a registration.
+    lat = latency_groups(data, accs)
+    lines += ["### Back to back against counted (registration median, µs)", "",
+              "The cost of measuring: the same registrations timed back to back (no counters read, "
+              "no step accounting) and counted.", "",
+              "| client | model | " + " | ".join(size_name(z) for z in sizes) + " |",
+              "|---|---|" + "---|" * len(sizes)]
+    for c in LABELS:
+        for cost in (0, 1):
+            cells = []
+            for z in sizes:
+                g, rs = lat.get((c, cost, z, "reg")), cnt.get((c, cost, z))
+                cells.append(f"{fmt_us(median([x for v in g.values() for x in v]))} / "
+                             f"{fmt_us(median([r['reg_ns'] for r in rs]))}" if g and rs else "–")
+            lines.append(f"| {c} | {'on' if cost else 'off'} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+# ---- the report ----
+
+def calls_str(c):
+    return " ".join(f"{SHORT[i]}{'/'.join(map(str, v))}" for i, v in enumerate(c) if v != [0]) or "none"
+
+
+def report(data, meta, boots):
+    """BENCHMARKS.md's text, the plot, and the targets missed. `boots`: [(boot, status, reason)]."""
+    acc = [b for b, st, _ in boots if st == "accepted"]
+    if not acc:
+        raise SystemExit("bench: no accepted boot: nothing to report")
+    accs = set(acc)
+    sizes = sorted({r["size"] for r in data["latp"]})
+    lat = latency_groups(data, accs)
+    missed = []
+
+    def groups(*keys):
+        return [tuple(lat[k][b] for k in keys) for b in acc]
+
+    def fig_abs(client, cost, size, phase):
+        return Figure(groups((client, cost, size, phase)), median, seed_of(client, cost, size, phase))
+
+    def fig_ratio(client, cost, size, phase):
+        if (client, cost, size, phase) not in lat or ("nv", cost, size, phase) not in lat:
+            return None
+        return Figure(groups((client, cost, size, phase), ("nv", cost, size, phase)), ratio_of_medians,
+                      seed_of(client, "nv", cost, size, phase))
+
+    def rcell(f, limit, higher=False, what=""):
+        if f is None:
+            return "–"
+        bad = limit is not None and (f.value < limit if higher else f.value > limit)
+        if bad:
+            missed.append(f"{what}: {f.value:.2f}x [{f.ci[0]:.2f}, {f.ci[1]:.2f}] (target "
+                          f"{'at least' if higher else 'at most'} {limit}x)")
+        return f"{f.fmt(fmt_r)} ({f.lo:.2f}–{f.hi:.2f}){' ✗' if bad else ''}"
+
+    n_runs = {k: sum(len(v) for v in g.values()) for k, g in lat.items()}
+    lines = ["# Benchmarks: peermem-rs against nvidia-peermem 550", ""]
+    rej = [(b, why) for b, st, why in boots if st != "accepted"]
+    lines += [
+        f"Measured from commit `{meta['commit']}` (work tree {meta['tree']}) on {meta['date']} with "
+        f"`{meta['command']}` (tests/bench/bench.py; wall time {meta['wall']}). Machine: "
+        f"{meta['machine']}. Guest: {meta['guest']}.",
+        "",
+        f"**Boots: {len(acc)} accepted, {len(rej)} rejected by the validity gate** (every boot's records "
+        "are in `BENCHMARKS.data.gz`; the rejected ones are listed under \"Validity gate\" and left "
+        f"out of every figure). Per boot: {meta['blocks']} rounds of the six (client, cost model) "
+        f"pairs in an order drawn from `random.Random({meta['seed']})`, each pair a block on freshly "
+        f"loaded modules: {meta['runs']} back-to-back runs per size per block after 2 warm-ups "
+        f"({int(meta['runs']) * int(meta['blocks'])} per boot, client, cost model and size), "
+        f"{meta['counted_runs']} counted runs, {meta['seconds']} s of throughput per thread count.",
+        "",
+        "How to read the figures. Each is the **median over the accepted boots of the per-boot "
+        "figure** (a per-boot median latency, or a per-boot ratio of two medians taken in the same "
+        "boot), then **[the 95% bootstrap interval]** (boots drawn with replacement, then runs within "
+        f"each boot; {BOOTSTRAP} draws, seeds fixed so that `--report-only` reproduces them), then "
+        "**(the range of the per-boot figures)**. A ratio is peermem-rs over nvidia-peermem: below "
+        "1.0 peermem-rs is faster, except throughput, where above 1.0 it is. ✗ marks a median that "
+        "misses its target (issue 23's targets).",
+        "",
+        "What is measured: `switch-iommu` boots (QEMU's emulated Intel IOMMU, strict mode: each "
+        "`dma_map_resource` of a 64 KiB GPU page goes through its page tables and IOTLB "
+        "invalidation), the benchmark kernel (the test kernel without KASAN, lockdep, kmemleak, "
+        "UBSAN and the other debug options, `PEERMEM_KERNEL_FLAVOUR=bench`), the stand-ins of "
+        "tests/standins (nvidia.ko 550 and an MLNX_OFED ib_core with an RDMA NIC), one peer-memory "
+        "client loaded at a time. A registration is the host stand-in's REG_MR ioctl on GPU memory, "
+        "timed in the guest from the call to its return (`ibv_reg_mr` minus the verbs library). The "
+        "cost model (tests/standins/nvidia_p2p/README.md, \"Cost model\") adds to each pin and unpin "
+        "what nvidia.ko's takes on a V100: with it off the provider costs only the stand-in's code and "
+        "the module's own work dominates; with it on the provider costs hardware microseconds while "
+        "everything else runs at TCG speed. Absolute times are those of an emulated CPU.",
+        "",
+        "Clients: **rs-i** peermem-rs `persistent_api_support=0` (the invalidating client), **nv** "
+        "NVIDIA's nvidia-peermem 550 built against the stand-ins (invalidating only), **rs-p** "
+        "peermem-rs `persistent_api_support=1` (the persistent client).",
+        "",
+    ]
+
+    # 1. Like for like.
+    lines += ["## Like for like: peermem-rs's invalidating client against nvidia-peermem 550", "",
+              "Both clients invalidating. Latency ratio rs-i / nv per boot, median [95% interval] "
+              "(range). Targets: registration at most 0.9x at every size; deregistration at most 1.0x "
+              "from 1 MiB up (below 1 MiB no target: the notification pin's extra unpin costs what "
+              "it costs, reported as measured).", "",
+              "| size | registration, model off | registration, model on | deregistration, model off | "
+              "deregistration, model on |", "|---|---|---|---|---|"]
+    for size in sizes:
+        row = [size_name(size)]
+        for phase in PHASES:
+            for cost in (0, 1):
+                limit = 0.9 if phase == "reg" else (1.0 if size >= 1 << 20 else None)
+                row.append(rcell(fig_ratio("rs-i", cost, size, phase), limit,
+                                 what=f"rs-i {phase} {size_name(size)} model {'on' if cost else 'off'}"))
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+
+    # Invalidation, like for like.
+    inv = {}
+    for r in data["inv"]:
+        if r["boot"] in accs:
+            inv.setdefault((r["client"], r["cost"], r["size"]), {}).setdefault(r["boot"], []).append(r["ns"])
+    if inv:
+        lines += ["### Invalidation (cudaFree to the NIC's key revoked)", "",
+                  "From the guest's clock before `NVP2P_IOC_FREE` to the host stand-in's timestamp when "
+                  "the client's invalidation revoked the MR (ktime, same clock), µs. Target: at most 1.0x.",
+                  "", "| size | model | rs-i | nv | rs-i / nv |", "|---|---|---|---|---|"]
+        for size in sorted({k[2] for k in inv}):
+            for cost in (0, 1):
+                a, b = inv.get(("rs-i", cost, size)), inv.get(("nv", cost, size))
+                if not a or not b or set(a) != accs or set(b) != accs:
+                    continue
+                fa = Figure([(a[x],) for x in acc], median, seed_of("inv", "rs-i", cost, size))
+                fb = Figure([(b[x],) for x in acc], median, seed_of("inv", "nv", cost, size))
+                fr = Figure([(a[x], b[x]) for x in acc], ratio_of_medians, seed_of("inv", cost, size))
+                mode = "on" if cost else "off"
+                cell = rcell(fr, 1.0, what=f"invalidation {size_name(size)} model {mode}")
+                lines.append(f"| {size_name(size)} | {mode} | {fa.fmt(fmt_us)} | {fb.fmt(fmt_us)} | {cell} |")
+        lines.append("")
+
+    # Throughput.
+    tput = {}
+    for r in data["tput"]:
+        if r["boot"] in accs:
+            tput.setdefault((r["client"], r["cost"], r["threads"]), {}).setdefault(r["boot"], []).append(
+                (r["regs"], r["ns"]))
+    if tput:
+        lines += ["### Registration throughput (64 KiB, register then deregister, each thread its own "
+                  "buffer and file)", "",
+                  "Registrations per second, per boot all blocks pooled. Target: rs-i at least 1.0x of "
+                  "nv at 1, 2 and 8 threads.", "",
+                  "| threads | model | rs-i | nv | rs-p | rs-i / nv | rs-p / nv |", "|---|---|---|---|---|---|---|"]
+        for t in THREADS:
+            for cost in (0, 1):
+                keys = [(c, cost, t) for c in ("rs-i", "nv", "rs-p")]
+                if any(k not in tput or set(tput[k]) != accs for k in keys):
+                    continue
+                f = [Figure([(tput[k][x],) for x in acc], rate, seed_of("tput", *k)) for k in keys]
+                ri = Figure([(tput[keys[0]][x], tput[keys[1]][x]) for x in acc], ratio_of_rates,
+                            seed_of("tput-r", "rs-i", cost, t))
+                rp = Figure([(tput[keys[2]][x], tput[keys[1]][x]) for x in acc], ratio_of_rates,
+                            seed_of("tput-r", "rs-p", cost, t))
+                mode = "on" if cost else "off"
+                cell = rcell(ri, 1.0, higher=True, what=f"throughput rs-i {t} threads model {mode}")
+                lines.append(f"| {t} | {mode} | " + " | ".join(x.fmt(lambda v: f"{v:.0f}") for x in f)
+                             + f" | {cell} | {rcell(rp, None)} |")
+        lines.append("")
+
+    # Memory.
+    mem = memory_groups(data, accs)
+    if mem:
+        lines += ["### Kernel memory per live registration, from the slab caches", "",
+                  f"/proc/slabinfo before and after {meta['mem_n']} live 64 KiB registrations of distinct "
+                  "GPU memory, once per block with the cost model off: for each cache whose active "
+                  "objects changed, the change times the cache's object size (with its alignment and "
+                  "metadata), summed, divided by the registrations. The whole stack is counted: the "
+                  "client's objects, the host stand-in's MR and SG table, the NVIDIA stand-in's pins, "
+                  "page tables and DMA mappings (as many as the client's calls make), the IOMMU's. "
+                  "Target: rs-i no more than nv.", "",
+                  "| client | bytes per registration | ratio to nv | blocks |", "|---|---|---|---|"]
+        for c in LABELS:
+            if c not in mem or set(mem[c]) != accs:
+                continue
+            f = Figure([(mem[c][x],) for x in acc], median, seed_of("mem", c))
+            rr = "" if c == "nv" or "nv" not in mem else rcell(
+                Figure([(mem[c][x], mem["nv"][x]) for x in acc], ratio_of_medians, seed_of("mem-r", c)),
+                1.0 if c == "rs-i" else None, what=f"memory per registration {c}")
+            lines.append(f"| {c} | {f.fmt(lambda v: f'{v:.0f}')} ({f.lo:.0f}–{f.hi:.0f}) | {rr} | "
+                         f"{sum(len(v) for v in mem[c].values())} |")
+        br = cache_breakdown(data, accs)
+        caches = sorted({k for v in br.values() for k, (sz, n) in v.items() if abs(n) >= 0.05},
+                        key=lambda k: -max(br[c].get(k, (0, 0))[0] * abs(br[c].get(k, (0, 0))[1]) for c in br))
+        lines += ["", "Where it goes: objects per registration by cache (median over the blocks; object "
+                  "bytes in brackets; caches that moved by less than 0.05 objects per registration left out).",
+                  "", "| cache (bytes) | " + " | ".join(c for c in LABELS if c in br) + " |",
+                  "|---" * (1 + sum(c in br for c in LABELS)) + "|"]
+        for k in caches:
+            sz = next(br[c][k][0] for c in br if k in br[c])
+            lines.append(f"| {k} ({sz}) | " + " | ".join(
+                f"{br[c][k][1]:.2f}" if k in br[c] else "0" for c in LABELS if c in br) + " |")
+        lines.append("")
+
+    # 2. The persistent client, against 550's invalidating client.
+    lines += ["## The persistent client against nvidia-peermem 550 (not like for like)", "",
+              "rs-p pins persistently (one pin per registration, no invalidation); nv 550 has no "
+              "persistent option and runs its invalidating client, so this compares two designs, not "
+              "two implementations. Target: registration with the cost model on at most 0.75x at "
+              "every size, in every boot (the range's upper end).", "",
+              "| size | registration, model off | registration, model on | deregistration, model off | "
+              "deregistration, model on |", "|---|---|---|---|---|"]
+    for size in sizes:
+        row = [size_name(size)]
+        for phase in PHASES:
+            for cost in (0, 1):
+                f = fig_ratio("rs-p", cost, size, phase)
+                if (phase, cost) == ("reg", 1) and f is not None and f.hi > 0.75 and f.value <= 0.75:
+                    missed.append(f"rs-p reg {size_name(size)} model on: median {f.value:.2f}x but "
+                                  f"{f.hi:.2f}x in one boot (target 0.75x in every boot)")
+                row.append(rcell(f, 0.75 if (phase, cost) == ("reg", 1) else None,
+                                 what=f"rs-p {phase} {size_name(size)} model {'on' if cost else 'off'}"))
+        lines.append("| " + " | ".join(row) + " |")
+    counted = {}
+    for r in data["lat"]:
+        if r["boot"] in accs:
+            for phase in PHASES:
+                counted.setdefault((r["client"], phase), set()).add(tuple(r[phase + "_calls"]))
+
+    def seen(client, phase):
+        cs = counted.get((client, phase), set())
+        return calls_str([sorted({c[i] for c in cs}) for i in range(6)]) if cs else "–"
+    lines += ["", "Provider calls per registration and deregistration (gp get_pages, gpp "
+              "get_pages_persistent, pp put_pages, ppp put_pages_persistent, dm dma_map_pages, du "
+              "dma_unmap_pages; measured: the NVIDIA stand-in's counters in the counted runs; NVIDIA's "
+              "persistent client: read in its source, since no source of it newer than 550 builds "
+              "here):", "",
+              "| client | registration | deregistration |", "|---|---|---|"]
+    for c in LABELS:
+        lines.append(f"| {c} ({NAMES[c]}) | {seen(c, 'reg')} | {seen(c, 'dereg')} |")
+    lines += [f"| NVIDIA's persistent client, nvidia-peermem 560-595 (read, not run) | "
+              f"{NV_PERSISTENT_CALLS['reg']} | {NV_PERSISTENT_CALLS['dereg']} |", "",
+              "NVIDIA's persistent client pins and unpins once in `acquire` to probe the range, then "
+              "pins again in `get_pages` (nvidia-peermem.c at 595.45.04, `nv_mem_acquire_nc` lines "
+              "246-297, `nv_mem_get_pages_nc` 503-533); rs-p pins once.", ""]
+
+    # 3. Absolute latencies.
+    for phase, title in (("reg", "Registration"), ("dereg", "Deregistration")):
+        lines += [f"## {title} latency, µs", "",
+                  "Median over boots of the per-boot median [95% interval]; p99: nearest rank over all "
+                  "accepted runs pooled (n runs; with fewer than 100 it is the maximum and says so).", "",
+                  "| size | model | " + " | ".join(LABELS) + " | " + " | ".join(f"{c} p99" for c in LABELS) + " |",
+                  "|---" * (2 + 2 * len(LABELS)) + "|"]
+        for size in sizes:
+            for cost in (0, 1):
+                cells, tails = [], []
+                for c in LABELS:
+                    k = (c, cost, size, phase)
+                    if k not in lat:
+                        cells.append("–")
+                        tails.append("–")
+                        continue
+                    cells.append(fig_abs(*k).fmt(fmt_us))
+                    pooled = [x for v in lat[k].values() for x in v]
+                    tails.append(f"{fmt_us(percentile(pooled, 99))} ({'max of ' if len(pooled) < 100 else 'n='}"
+                                 f"{len(pooled)})")
+                lines.append(f"| {size_name(size)} | {'on' if cost else 'off'} | " + " | ".join(cells + tails) + " |")
+        lines.append("")
+    lines += ["![median latency against size](BENCHMARKS.svg)", ""]
+
+    # 4. Where the time goes.
+    lines += where_time_goes(data, accs, sizes)
+
+    # 5. The validity gate and every boot.
+    lines += ["## Validity gate, boot by boot", "",
+              "For each client, size and phase: median(model on) − median(model off) must be at least "
+              f"the modelled cost (the stand-in's count of its cost model's time in the counted runs) "
+              f"less {GATE_MODEL_SHARE:.0%} of it and {GATE_OFF_SHARE:.0%} of the model-off median. "
+              "Margin: the smallest excess over that, µs (negative: failed).", "",
+              "| boot | status | cells | smallest margin (where) | failed cells |", "|---|---|---|---|---|"]
+    for b, st, why in boots:
+        cells, failed = gate(data, b)
+        worst = min(cells) if cells else None
+        lines.append(f"| {b} | {st} | {len(cells)} | " +
+                     (f"{fmt_us(worst[0])} ({worst[2]} {worst[4]} {size_name(worst[3])})" if worst else "–") +
+                     f" | {len(failed)}{': ' + why if failed else ''} |")
+    lines += ["", "Per-boot ratios rs-i / nv (median latency of the boot), every boot, accepted or not:", "",
+              "| boot | status | " + " | ".join(f"{size_name(z)} reg off/on, dereg off/on" for z in sizes) + " |",
+              "|---|---|" + "---|" * len(sizes)]
+    allb = latency_groups(data, {b for b, _, _ in boots})
+    for b, st, _ in boots:
+        cells = []
+        for z in sizes:
+            vals = []
+            for phase in PHASES:
+                for cost in (0, 1):
+                    a, n = allb.get(("rs-i", cost, z, phase), {}).get(b), allb.get(("nv", cost, z, phase), {}).get(b)
+                    vals.append(f"{ratio_of_medians(a, n):.2f}" if a and n else "–")
+            cells.append(" ".join(vals))
+        lines.append(f"| {b} | {st} | " + " | ".join(cells) + " |")
+    lines.append("")
+
+    lines += ["## Targets missed", ""]
+    lines += [f"- {m}" for m in missed] or ["- none"]
+    lines += ["", "Raw records of every boot: `BENCHMARKS.data.gz` (gzip; `# meta` lines, then per boot a "
+              "`# boot N STATUS: why` line and its records, whose format is documented at the top of "
+              "tests/bench/bench.c). `tests/bench/bench.py --report-only` rewrites this file from it.", ""]
+    plot_in = {}
+    for (c, cost, size, phase), g in lat.items():
+        plot_in.setdefault((c, cost, size), {})[phase] = {"median": median([median(g[b]) for b in acc])}
+    return "\n".join(lines), plot(plot_in), missed
+
+
+
+
+def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
+    """Records as the guest writes them, for the self-test: nv costs 100 µs + 10 µs a page, rs-i
+    80% of it, rs-p 60%; the cost model adds 50 µs a registration and is counted as such."""
+    out = []
+    for b in range(1, boots + 1):
+        lines, blk = [], 0
+        for c, share in (("rs-i", 0.8), ("nv", 1.0), ("rs-p", 0.6)):
+            for cost in (0, 1):
+                blk += 1
+                lines.append(f"blk {blk} {c} {cost}")
+                for z in sizes:
+                    base = (100_000 + 10_000 * z // GPU_PAGE) * share
+                    for run in range(runs):
+                        reg = int(base + 50_000 * cost + 1000 * run + 500 * b)
+                        dereg = int(base / 2 + 50_000 * cost + 700 * run)
+                        lines.append(f"latp {c}:{cost} {z} {run} {reg} {dereg}")
+                        m = 50_000 * cost
+                        lines.append(f"lat {c}:{cost} {z} {run} {reg} {dereg} reg 1 0 0 0 1 0 "
+                                     f"{20_000 + m} 0 0 0 5000 0 {m} dereg 0 0 1 0 0 1 0 0 {1000 + m} 0 0 500 {m}")
+                        if c != "nv":
+                            lines.append(f"steps {c}:{cost} {z} {run} reg cb_get_pages:1:30000 "
+                                         f"nv_get_pages:1:20000 lock:2:400")
+                for t in THREADS:
+                    lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
+                if cost == 0:
+                    lines.append(f"mem {c}:0 65536 100 1000 1100")
+                    lines.append(f"slab {c}:0 65536 100 kmalloc-256 256 10 {10 + int(100 * share)}")
+                if c != "rs-p":
+                    lines.append(f"inv {c}:{cost} 65536 0 {int(20_000 * share)} free 0 0 1 0 0 1 0 0 9 0 0 9 0")
+        out.append((b, "\n".join(lines) + "\n"))
+    return out
+
+
+def check_statistics():
     assert median([3, 1, 2]) == 2
     assert median([4, 1, 2, 3]) == 2.5
     assert percentile(list(range(1, 31)), 99) == 30
     assert percentile(list(range(1, 101)), 99) == 99
     assert percentile([5], 50) == 5
-    assert percentile(list(range(1, 31)), 50) == 15
     assert ratio(1, 2) == 0.5 and ratio(1, 0) == float("inf")
     assert size_name(65536) == "64 KiB" and size_name(1 << 30) == "1 GiB" and size_name(3 << 20) == "3 MiB"
-    line = ("lat rs-p:1 65536 0 1000 500 reg 0 1 0 0 1 0 0 300 0 0 200 0 100 "
-            "dereg 0 0 0 1 0 1 0 0 0 50 0 40 30")
-    d = parse(line + "\n" + line.replace(" 0 1000 ", " 1 3000 ") + "\ninv nv:0 65536 0 777 free 0 0 1 0 0 1 0 0 30 0 0 20 0\n"
-              "tput nv:1 65536 2 100 1000000000\nmem rs-i:0 65536 1024 1000 1064\n"
-              "latp rs-p:1 65536 0 900 400\nlatp rs-p:1 65536 1 1100 600\n")
-    assert len(d["lat"]) == 2 and d["lat"][0]["reg_calls"] == [0, 1, 0, 0, 1, 0]
-    assert d["lat"][0]["reg_fn_ns"] == [0, 300, 0, 0, 200, 0] and d["lat"][0]["reg_model_ns"] == 100
-    assert d["lat"][0]["dereg_calls"] == [0, 0, 0, 1, 0, 1] and d["lat"][0]["dereg_model_ns"] == 30
-    s = summarize(d)[("rs-p", 1, 65536)]
-    assert s["reg"]["median"] == 1000 and s["reg"]["p99"] == 1100 and s["reg"]["counted_median"] == 2000
-    assert s["dereg"]["median"] == 500 and s["reg"]["provider"] == 500
-    assert s["reg"]["own"] == 1500 and s["reg"]["calls"][1] == [1]
-    assert d["inv"][0]["calls"] == [0, 0, 1, 0, 0, 1] and d["inv"][0]["fn_ns"][5] == 20
-    assert d["inv"][0]["ns"] == 777 and d["tput"][0]["threads"] == 2 and d["mem"][0]["after_kb"] == 1064
-    for bad in ("lat rs-p:1 65536 0 1000", "xyz 1", "inv nv 1 2 3", "latp nv:0 1 2 3"):
+    assert rate([(10, 1e9), (30, 1e9)]) == 20.0
+    # The bootstrap: an interval around the figure, reproducible.
+    g = [([10, 11, 12, 13, 14], [20, 22, 24, 26, 28]) for _ in range(3)]
+    f = Figure(g, ratio_of_medians, 1)
+    assert f.value == 0.5 and f.lo == f.hi == 0.5 and f.ci[0] <= 0.5 <= f.ci[1]
+    assert bootstrap(g, ratio_of_medians, 1, 200) == bootstrap(g, ratio_of_medians, 1, 200)
+    wide = [([10, 30], [20, 20]), ([12, 14], [20, 20])]
+    lo, hi = bootstrap(wide, ratio_of_medians, 2, 400)
+    assert lo < 0.65 < 1.0 < hi, (lo, hi)
+
+
+def check_schedule():
+    """Every pair once per round, rounds in different orders, the same for the same seed."""
+    a, b = schedule(random.Random(7), 4), schedule(random.Random(7), 4)
+    assert a == b and len(a) == 24 and all(len(set(a[i:i + 6])) == 6 for i in range(0, 24, 6))
+    assert len({tuple(a[i:i + 6]) for i in range(0, 24, 6)}) > 1
+    assert schedule(random.Random(8), 4) != a
+
+
+def check_parse():
+    """Every kind of record, the block carried along; malformed lines refused."""
+    d = merge([parse(t, b) for b, t in synthetic()])
+    assert len(d["blk"]) == 12 and d["latp"][0]["block"] == 1 and d["latp"][-1]["boot"] == 2
+    assert d["steps"][0]["steps"]["cb_get_pages"] == (1, 30000)
+    assert d["slab"][0]["cache"] == "kmalloc-256" and d["slab"][0]["after"] == 90
+    assert d["lat"][0]["reg_calls"] == [1, 0, 0, 0, 1, 0] and d["lat"][0]["reg_fn_ns"][0] == 20000
+    for bad in ("lat rs-p:1 65536 0 1000", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
+                "blk 1 nobody 0", "slab nv:0 1 2 cache 3", "steps rs-i:0 1 2 both a:1:2"):
         try:
             parse(bad)
         except SystemExit:
             continue
         raise AssertionError(f"parse accepted {bad!r}")
-    svg = plot({("rs-p", 1, 65536): s, ("nv", 1, 65536): s, ("rs-p", 1, 1 << 20): s, ("nv", 1, 1 << 20): s})
-    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and "polyline" in svg
+
+
+def check_gate():
+    """A boot whose model-on half cost what the model adds passes; one whose model-off half ran
+    slower than its model-on half fails, naming the cell."""
+    boots = synthetic()
+    d = merge([parse(t, b) for b, t in boots])
+    assert gate(d, 1)[1] == [] and len(gate(d, 1)[0]) == 12
+    slow = parse(boots[0][1], 1)
+    for r in slow["latp"]:
+        if r["client"] == "rs-i" and r["cost"] == 0:
+            r["reg_ns"] += 200_000
+    failed = gate(slow, 1)[1]
+    assert failed and {(c, p) for _, _, c, _, p in failed} == {("rs-i", "reg")}, failed
+
+
+def check_memory():
+    """Bytes per registration: (after - before) * object size / n, per block."""
+    m = memory_groups(merge([parse(t, b) for b, t in synthetic()]), {1, 2})
+    assert m["nv"][1] == [256.0] and m["rs-i"][1] == [80 * 256 / 100]
+
+
+def check_report():
+    """The like-for-like table first, ratios as built, targets judged, the data file round trip."""
+    boots = synthetic()
+    d = merge([parse(t, b) for b, t in boots])
+    text, svg, missed = report(d, {"commit": "abc", "tree": "clean", "date": "d", "command": "c", "wall": "w",
+                                   "machine": "m", "guest": "g", "blocks": 1, "seed": 1, "runs": 5,
+                                   "counted_runs": 5, "seconds": 1, "mem_n": 100},
+                               [(1, "accepted", ""), (2, "accepted", "")])
+    first = text.index("## Like for like")
+    assert first < text.index("## The persistent client") < text.index("## Validity gate")
+    row = next(line for line in text.splitlines() if line.startswith("| 64 KiB | 0."))
+    assert row.startswith("| 64 KiB | 0.8") and "✗" not in row, row
+    assert not missed, missed
+    assert "| rs-i | 205 [205, 205] (205–205) | 0.80" in text
+    assert svg.startswith("<svg") and "polyline" in svg
+    # A boot left out: the figures come from the other one only.
+    one, _, _ = report(d, {"commit": "abc", "tree": "clean", "date": "d", "command": "c", "wall": "w",
+                           "machine": "m", "guest": "g", "blocks": 1, "seed": 1, "runs": 5,
+                           "counted_runs": 5, "seconds": 1, "mem_n": 100},
+                       [(1, "accepted", ""), (2, "rejected", "test")])
+    assert "**Boots: 1 accepted, 1 rejected" in one and "| 2 | rejected |" in one
+    import tempfile
+    with tempfile.TemporaryDirectory() as t:
+        p = Path(t) / "d.gz"
+        save_data(p, {"commit": "abc"}, [(b, "accepted", "", x) for b, x in boots])
+        meta, back = load_data(p)
+        assert meta == {"commit": "abc"} and [x[3] for x in back] == [x for _, x in boots]
+        first = p.read_bytes()
+        save_data(p, {"commit": "abc"}, [(b, "accepted", "", x) for b, x in boots])
+        assert p.read_bytes() == first, "the same records must make the same file"
+
+
+CHECKS = [("statistics: medians, percentiles, the bootstrap interval", check_statistics),
+          ("the block order: every pair once a round, seeded", check_schedule),
+          ("the guest's records: every kind parsed, malformed ones refused", check_parse),
+          ("the validity gate: a model-on half cheaper than the model costs is rejected", check_gate),
+          ("memory per registration from the slab caches", check_memory),
+          ("the report: like for like first, targets judged, every boot kept", check_report)]
+
+
+def check_self():
+    for name, fn in CHECKS:
+        try:
+            fn()
+        except AssertionError as e:
+            raise SystemExit(f"bench.py self-test: {name}: failed: {e!r}")
     return "bench.py self-test: ok"
 
 
@@ -312,255 +1001,6 @@ def plot(s):
     return "\n".join(out) + "\n"
 
 
-# ---- the report ----
-
-def verdict(r, limit):
-    return "met" if r <= limit else "**MISSED**"
-
-
-def report(data, meta):
-    s = summarize(data)
-    sizes = sorted({k[2] for k in s})
-    lines = ["# Benchmarks: peermem-rs against nvidia-peermem 550", ""]
-    lines += [
-        f"Measured {meta['date']} with `{meta['command']}` (tests/bench/bench.py; wall time "
-        f"{meta['wall']}). Machine: {meta['machine']}. Guest: {meta['guest']}. Other load on the "
-        f"host: {meta['load']}.",
-        "",
-        "What is measured and how: one `switch-iommu` VM boot (QEMU's emulated Intel IOMMU on, strict "
-        "mode, so every `dma_map_resource` of a 64 KiB GPU page really goes through the IOMMU's page "
-        "tables and IOTLB invalidation), the benchmark kernel (the test kernel's source and config "
-        "without KASAN, lockdep, kmemleak, UBSAN, atomic-sleep and list debugging, DMA-API debugging "
-        "and fault injection: `PEERMEM_KERNEL_FLAVOUR=bench`), the stand-ins of tests/standins (the "
-        "NVIDIA stand-in plays nvidia.ko 550, the host stand-in an MLNX_OFED 5.x ib_core and an RDMA "
-        "NIC), one peer-memory client loaded at a time. A registration is the host stand-in's "
-        "REG_MR ioctl on GPU memory, timed in the guest from the call to its return (what "
-        "`ibv_reg_mr` costs an application, minus the verbs library); deregistration likewise. "
-        f"{meta['runs']} runs per size and round after 2 warm-up runs, the same GPU allocation re-registered, "
-        "in two rounds with the clients in opposite orders (pooled: twice as many runs per figure). "
-        f"p99 is the nearest-rank 99th percentile: with {2 * meta['runs']} pooled runs, the slowest "
-        "run. The cost model (tests/standins/nvidia_p2p/README.md, \"Cost model\") adds to each pin "
-        "and unpin what nvidia.ko's takes on a V100 (GDRCopy's figures, interpolated per 64 KiB "
-        "page): with it off, the provider costs only the stand-in's own code, so the module's own "
-        "work dominates; with it on, the provider costs hardware microseconds while the clients, "
-        "both stand-ins and the emulated IOMMU run at TCG speed, so the provider's share is still "
-        "understated, and persistent pins are charged like ordinary ones although nvidia.ko does "
-        "more for them (the stand-in README, \"Not modelled\"). Figures are TCG figures: absolute "
-        "times are those of an emulated CPU, several times slower than hardware.",
-        "",
-        "Clients: **rs-p** peermem-rs `persistent_api_support=1` (one persistent pin per "
-        "registration), **rs-i** peermem-rs `persistent_api_support=0` (the invalidating client), "
-        "**nv** NVIDIA's nvidia-peermem 550 built against the stand-ins (invalidating only).",
-        "",
-    ]
-
-    # Ratio table: registration and deregistration medians, and p99.
-    lines += ["## Latency ratios (peermem-rs / nvidia-peermem, median; p99 in brackets)", "",
-              "Targets: persistent-client registration with the cost model on at most 0.75x; every other "
-              "figure at most 1.0x.", "",
-              "| size | rs-p reg, model on | rs-p reg, off | rs-i reg, on | rs-i reg, off | rs-p dereg, on | "
-              "rs-p dereg, off | rs-i dereg, on | rs-i dereg, off |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    missed = []
-    for size in sizes:
-        row = [size_name(size)]
-        for phase in ("reg", "dereg"):
-            for client in ("rs-p", "rs-i"):
-                for cost in (1, 0):
-                    a, b = s.get((client, cost, size)), s.get(("nv", cost, size))
-                    if not a or not b:
-                        row.append("–")
-                        continue
-                    r = ratio(a[phase]["median"], b[phase]["median"])
-                    r99 = ratio(a[phase]["p99"], b[phase]["p99"])
-                    limit = 0.75 if (client, phase, cost) == ("rs-p", "reg", 1) else 1.0
-                    mark = "" if r <= limit else " ✗"
-                    if r > limit:
-                        missed.append(f"{client} {phase} {size_name(size)} cost model {'on' if cost else 'off'}: "
-                                      f"{r:.2f}x (target {limit}x)")
-                    if r99 > limit:
-                        missed.append(f"{client} {phase} p99 {size_name(size)} cost model {'on' if cost else 'off'}: "
-                                      f"{r99:.2f}x (target {limit}x)")
-                    row.append(f"{r:.2f}{mark} ({r99:.2f})")
-        lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "✗: the median misses its target.", ""]
-
-    # Absolute latencies.
-    for phase, title in (("reg", "Registration"), ("dereg", "Deregistration")):
-        lines += [f"## {title} latency, µs (median / p99)", "",
-                  "Back to back, as an application calls them (nothing read between the calls).", "",
-                  "| size | " + " | ".join(f"{c} model {'on' if cost else 'off'}" for cost in (1, 0)
-                                          for c, *_ in CLIENTS) + " |",
-                  "|---" * 7 + "|"]
-        for size in sizes:
-            row = [size_name(size)]
-            for cost in (1, 0):
-                for c, *_ in CLIENTS:
-                    e = s.get((c, cost, size))
-                    row.append(f"{fmt_us(e[phase]['median'])} / {fmt_us(e[phase]['p99'])}" if e else "–")
-            lines.append("| " + " | ".join(row) + " |")
-        lines.append("")
-
-    lines += ["![median latency against size](BENCHMARKS.svg)", ""]
-
-    # Where the time goes.
-    lines += ["## Where the time goes (median per registration, µs)", "",
-              "From the counted runs (the stand-in's debugfs counters read before and after each call; "
-              "their totals differ from the back-to-back latencies above: see the next section). "
-              "Provider: time inside the NVIDIA stand-in's `nvidia_p2p_*` entry points (its `ns_<fn>` "
-              "counters, the cost model included). Own: the registration's latency minus that, "
-              "i.e. the client module's own work plus the host stand-in's and the ioctl's, which are "
-              "the same code for every client; per 64 KiB page in brackets. Calls: `nvidia_p2p_*` calls "
-              "per registration (gp get_pages, gpp get_pages_persistent, pp put_pages, ppp "
-              "put_pages_persistent, dm dma_map_pages, du dma_unmap_pages), from the stand-in's "
-              "`calls_<fn>` counters.", "",
-              "| client | model | size | reg total | provider | own (per page) | calls at reg | "
-              "dereg total | provider | own (per page) | calls at dereg |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    short = ["gp", "gpp", "pp", "ppp", "dm", "du"]
-
-    def calls(c):
-        return " ".join(f"{short[i]}{'/'.join(map(str, v))}" for i, v in enumerate(c) if v != [0])
-    for c, *_ in CLIENTS:
-        for cost in (1, 0):
-            for size in sizes:
-                e = s.get((c, cost, size))
-                if not e:
-                    continue
-                cells = [c, "on" if cost else "off", size_name(size)]
-                for phase in ("reg", "dereg"):
-                    p = e[phase]
-                    cells += [fmt_us(p["counted_median"]), fmt_us(p["provider"]),
-                              f"{fmt_us(p['own'])} ({fmt_us(p['own_per_page'])})", calls(p["calls"]) or "none"]
-                lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-
-    # How much reading the counters between the calls changes them.
-    lines += ["## Back to back against counted (registration median, µs)", "",
-              "The same registrations timed back to back (latency tables) and with the stand-in's "
-              "debugfs counters read between the calls (the breakdown above).", "",
-              "| client | model | " + " | ".join(size_name(z) for z in sizes) + " |",
-              "|---|---|" + "---|" * len(sizes)]
-    for c, *_ in CLIENTS:
-        for cost in (1, 0):
-            cells = []
-            for z in sizes:
-                e = s.get((c, cost, z))
-                cells.append(f"{fmt_us(e['reg']['median'])} / {fmt_us(e['reg']['counted_median'])}" if e else "–")
-            lines.append(f"| {c} | {'on' if cost else 'off'} | " + " | ".join(cells) + " |")
-    lines.append("")
-
-    # The IOMMU's per-page mapping cost, as measured.
-    iommu = []
-    for (c, cost, size), e in sorted(s.items()):
-        dm = e["reg"]["calls"][4]
-        if cost == 0 and dm == [1] and e["pages"] >= 1:
-            iommu.append((size, c, e["reg"]["fn_ns"][4] / e["pages"],
-                          e["dereg"]["fn_ns"][5] / e["pages"] if e["dereg"]["calls"][5] == [1] else None))
-    if iommu:
-        lines += ["## DMA mapping cost per 64 KiB page in this VM (measured)", "",
-                  "`nvidia_p2p_dma_map_pages` time per page (median registration, cost model off; the "
-                  "stand-in maps each 64 KiB page with `dma_map_resource` through QEMU's emulated "
-                  "Intel IOMMU, strict mode), and `dma_unmap_pages` per page where the deregistration "
-                  "called it. Small sizes include the call's fixed cost.", "",
-                  "| size | client | dma_map µs/page | dma_unmap µs/page |", "|---|---|---|---|"]
-        for size, c, m, u in iommu:
-            lines.append(f"| {size_name(size)} | {c} | {m / 1000:.2f} | {'–' if u is None else f'{u / 1000:.2f}'} |")
-        big = [m for size, c, m, u in iommu if size >= 16 << 20]
-        if big:
-            lines += ["", f"At 16 MiB and above (fixed costs amortised): median {median(big) / 1000:.2f} µs "
-                      f"per 64 KiB page to map."]
-        lines.append("")
-
-    # Invalidation.
-    inv = {}
-    for r in data["inv"]:
-        inv.setdefault((r["client"], r["cost"], r["size"]), []).append(r["ns"])
-    if inv:
-        lines += ["## Invalidation latency (cudaFree to the NIC's key revoked), µs", "",
-                  "From the guest's clock before `NVP2P_IOC_FREE` to the host stand-in's timestamp when "
-                  "the client's invalidation reached the MR and revoked it (ktime, same clock). The "
-                  "provider calls the client makes during the whole cudaFree (from its free callback) "
-                  "are listed; the revocation itself comes first.", "",
-                  "| size | model | rs-i median / p99 | nv median / p99 | ratio (median) | calls during the free: rs-i; nv |",
-                  "|---|---|---|---|---|---|"]
-        short = ["gp", "gpp", "pp", "ppp", "dm", "du"]
-        inv_calls = {}
-        for r in data["inv"]:
-            inv_calls.setdefault((r["client"], r["cost"], r["size"]), set()).add(
-                " ".join(f"{short[i]}{v}" for i, v in enumerate(r["calls"]) if v) or "none")
-        for size in sorted({k[2] for k in inv}):
-            for cost in (1, 0):
-                a, b = inv.get(("rs-i", cost, size)), inv.get(("nv", cost, size))
-                if not a or not b:
-                    continue
-                r = ratio(median(a), median(b))
-                ci = "/".join(sorted(inv_calls[("rs-i", cost, size)]))
-                cn = "/".join(sorted(inv_calls[("nv", cost, size)]))
-                if r > 1.0:
-                    missed.append(f"invalidation {size_name(size)} cost model {'on' if cost else 'off'}: {r:.2f}x")
-                lines.append(f"| {size_name(size)} | {'on' if cost else 'off'} | {fmt_us(median(a))} / "
-                             f"{fmt_us(percentile(a, 99))} | {fmt_us(median(b))} / {fmt_us(percentile(b, 99))} | "
-                             f"{r:.2f}{'' if r <= 1.0 else ' ✗'} | {ci}; {cn} |")
-        lines.append("")
-
-    # Throughput.
-    if data["tput"]:
-        agg = {}
-        for r in data["tput"]:
-            regs, ns = agg.get((r["client"], r["cost"], r["threads"]), (0, 0))
-            agg[(r["client"], r["cost"], r["threads"])] = (regs + r["regs"], ns + r["ns"])
-        # Both rounds pooled: all registrations over all the time.
-        tp = {k: regs / (ns / 1e9) for k, (regs, ns) in agg.items()}
-        lines += ["## Registration throughput, 64 KiB registrations per second (each thread its own "
-                  f"buffer and file; register then deregister, {meta['seconds']} s per point and round, both "
-                  "rounds pooled)", "",
-                  "| threads | model | rs-p | rs-i | nv | rs-p / nv | rs-i / nv |", "|---|---|---|---|---|---|---|"]
-        for t in THREADS:
-            for cost in (1, 0):
-                v = [tp.get((c, cost, t)) for c in ("rs-p", "rs-i", "nv")]
-                if None in v:
-                    continue
-                # Throughput: higher is better, so the target is peermem-rs at least nvidia-peermem's.
-                rp, ri = ratio(v[0], v[2]), ratio(v[1], v[2])
-                for name, r in (("rs-p", rp), ("rs-i", ri)):
-                    if r < 1.0:
-                        missed.append(f"throughput {name} {t} threads cost model {'on' if cost else 'off'}: "
-                                      f"{r:.2f}x of nvidia-peermem's")
-                lines.append(f"| {t} | {'on' if cost else 'off'} | {v[0]:.0f} | {v[1]:.0f} | {v[2]:.0f} | "
-                             f"{rp:.2f}{'' if rp >= 1 else ' ✗'} | {ri:.2f}{'' if ri >= 1 else ' ✗'} |")
-        lines += ["", "Throughput ratios are peermem-rs's rate over nvidia-peermem's: higher is better, "
-                  "the target is at least 1.0.", ""]
-
-    # Memory.
-    if data["mem"]:
-        lines += ["## Kernel memory per live registration", "",
-                  "`SUnreclaim:` of /proc/meminfo (the unreclaimable slab) before and after N live 64 KiB "
-                  "registrations of distinct GPU memory, divided by N; once per round, cost model off. "
-                  "It counts the whole stack: the client's objects, the host stand-in's MR and SG "
-                  "table, and the NVIDIA stand-in's pin, page table and DMA mapping (whose number "
-                  "depends on the calls the client makes).", "",
-                  "| client | N | SUnreclaim delta per round | per registration (mean) | ratio to nv |",
-                  "|---|---|---|---|---|"]
-        per = {}
-        for r in data["mem"]:
-            per.setdefault(r["client"], []).append(((r["after_kb"] - r["before_kb"]) * 1024 / r["n"],
-                                                    r["after_kb"] - r["before_kb"], r["n"]))
-        mean = {c: sum(x[0] for x in v) / len(v) for c, v in per.items()}
-        for c, v in per.items():
-            rr = ratio(mean[c], mean["nv"]) if "nv" in mean else float("nan")
-            if c != "nv" and rr > 1.0:
-                missed.append(f"memory per registration {c}: {rr:.2f}x")
-            lines.append(f"| {c} | {v[0][2]} | {', '.join(f'{x[1]} kB' for x in v)} | {mean[c]:.0f} B | "
-                         f"{'' if c == 'nv' else f'{rr:.2f}'} |")
-        lines.append("")
-
-    lines += ["## Targets missed", ""]
-    lines += [f"- {m}" for m in missed] or ["- none"]
-    lines += ["", f"Raw records: `.build/bench/results/raw.txt` (format in tests/bench/bench.c).", ""]
-    return "\n".join(lines), plot(s), missed
-
-
 # ---- build and boot ----
 
 def run(cmd, **kw):
@@ -621,15 +1061,47 @@ def host_load():
     return f"load average {os.getloadavg()[0]:.2f}, {qemus or 0} QEMU process(es)"
 
 
+def git(*args):
+    return subprocess.run(["git", "-C", str(REPO), *args], stdout=subprocess.PIPE, text=True, check=True).stdout
+
+
+def run_boot(n, plan, accel, kdir, a):
+    """One boot: its records (text) and a line about the host's load. A guest error or a kernel
+    splat ends the whole run: figures taken next to either mean nothing."""
+    results = BOOTS / str(n)
+    load_before = host_load()
+    vm.log(f"bench: boot {n}: switch-iommu ({accel}; {load_before}), GPU BAR {a.bar_mib} MiB")
+    res = vm.boot("switch-iommu", plan, PAYLOAD, results, accel, a.timeout, kdir,
+                  machine_overrides={"gpu_bar_mib": a.bar_mib, "memory_mib": 2048})
+    output = (results / "output").read_text(errors="replace") if (results / "output").exists() else ""
+    sys.stderr.write("".join(f"  {line}\n" for line in output.splitlines() if line.startswith("bench")))
+    if res.plan_rc != 0 or "BENCH-DONE" not in output:
+        tail = "\n".join((output or res.console).splitlines()[-30:])
+        raise SystemExit(f"bench: boot {n}: the guest did not finish (plan exit {res.plan_rc}, "
+                         f"{'timed out' if res.timed_out else 'qemu exit ' + str(res.qemu_rc)}); "
+                         f"logs in {results}\n{tail}")
+    dmesg = (results / "dmesg").read_text(errors="replace") if (results / "dmesg").exists() else res.console
+    splats = [line for line in dmesg.splitlines() if ktap.SPLAT.search(line)]
+    if splats:
+        raise SystemExit("bench: boot {}: kernel splat during the run; logs in {}\n{}".format(
+            n, results, "\n".join(splats[:10])))
+    return (results / "raw.txt").read_text(), res, f"boot {n}: {res.seconds:.0f} s, {load_before} before, {host_load()} after"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--boots", type=int, default=5, help="accepted boots wanted")
+    ap.add_argument("--max-rejected", type=int, default=3, help="boots the gate may reject before the run fails")
+    ap.add_argument("--blocks", type=int, default=6, help="rounds of the six pairs per boot")
+    ap.add_argument("--runs", type=int, default=5, help="back-to-back runs per size per block")
+    ap.add_argument("--counted-runs", type=int, default=2, help="counted runs per size per block")
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
     ap.add_argument("--inv-sizes", default="64K,16M")
-    ap.add_argument("--seconds", type=int, default=3, help="seconds per throughput point")
+    ap.add_argument("--seconds", type=int, default=1, help="seconds per throughput point per block")
     ap.add_argument("--mem-n", type=int, default=2048, help="live registrations for the memory figure")
     ap.add_argument("--bar-mib", type=int, default=2048, help="GPU BAR (a power of two; 1 GiB needs 2048)")
-    ap.add_argument("--timeout", type=int, default=5400)
+    ap.add_argument("--seed", type=int, default=None, help="the block order's seed (default: the time)")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per boot")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--self-test", action="store_true")
     a = ap.parse_args()
@@ -638,69 +1110,67 @@ def main():
     if a.self_test:
         return 0
     start = time.monotonic()
-    OUT.mkdir(parents=True, exist_ok=True)
-    meta_file = OUT / "meta.txt"
-    if not a.report_only:
-        if a.runs < 30:
-            vm.log(f"bench: --runs {a.runs}: fewer than the 30 the report asks for")
+    if a.report_only:
+        meta, boots = load_data(DATA)
+    else:
+        dirty = [line[3:] for line in git("status", "--porcelain").splitlines()]
+        meta = {"commit": git("rev-parse", "HEAD").strip(),
+                "tree": "clean" if not dirty else f"DIRTY ({', '.join(dirty[:8])}{', ...' if len(dirty) > 8 else ''})",
+                "seed": a.seed if a.seed is not None else int(time.time()),
+                "blocks": a.blocks, "runs": a.runs, "counted_runs": a.counted_runs, "seconds": a.seconds,
+                "mem_n": a.mem_n,
+                "command": "make bench" + (f" BENCH_ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")}
+        if dirty:
+            vm.log(f"bench: the work tree is dirty ({', '.join(dirty[:8])}): the report will say so")
         kdir = vm.kernel_dir()
         accel, reason = vm.choose_accel(kdir)
         build(kdir)
-        plan = PLAN.format(clients=" ".join(c[0] for c in CLIENTS),
-                           clients_reversed=" ".join(c[0] for c in reversed(CLIENTS)), runs=a.runs,
-                           sizes=" ".join(a.sizes.split(",")), inv_sizes=" ".join(a.inv_sizes.split(",")),
-                           seconds=a.seconds, threads=" ".join(map(str, THREADS)), mem_n=a.mem_n)
-        # vm.boot empties the results directory: keep the previous run's raw records.
-        if (RESULTS / "raw.txt").exists():
-            shutil.rmtree(OUT / "results.previous", ignore_errors=True)
-            shutil.copytree(RESULTS, OUT / "results.previous")
-        load_before = host_load()
-        vm.log(f"bench: booting switch-iommu ({accel}; {load_before}), GPU BAR {a.bar_mib} MiB")
-        res = vm.boot("switch-iommu", plan, PAYLOAD, RESULTS, accel, a.timeout, kdir,
-                      machine_overrides={"gpu_bar_mib": a.bar_mib, "memory_mib": 2048})
-        load_after = host_load()
-        output = (RESULTS / "output").read_text(errors="replace") if (RESULTS / "output").exists() else ""
-        sys.stderr.write("".join(f"  {line}\n" for line in output.splitlines() if line.startswith("bench")))
-        if res.plan_rc != 0 or "BENCH-DONE" not in output:
-            tail = "\n".join((output or res.console).splitlines()[-30:])
-            raise SystemExit(f"bench: the guest did not finish (plan exit {res.plan_rc}, "
-                             f"{'timed out' if res.timed_out else 'qemu exit ' + str(res.qemu_rc)}); "
-                             f"logs in {RESULTS}\n{tail}")
-        # A kernel splat during the run is an error too: figures taken next to one mean nothing.
-        dmesg = (RESULTS / "dmesg").read_text(errors="replace") if (RESULTS / "dmesg").exists() else res.console
-        splats = [line for line in dmesg.splitlines() if ktap.SPLAT.search(line)]
-        if splats:
-            raise SystemExit("bench: kernel splat during the run; logs in {}\n{}".format(
-                RESULTS, "\n".join(splats[:10])))
-        env = (RESULTS / "env.txt").read_text().split("\n")
+        rng = random.Random(meta["seed"])
+        shutil.rmtree(BOOTS, ignore_errors=True)
+        boots, notes, n, rejected, guest = [], [], 0, 0, ""
+        while sum(st == "accepted" for _, st, _, _ in boots) < a.boots:
+            n += 1
+            order = schedule(rng, a.blocks)
+            plan = PLAN.format(runs=a.runs, counted_runs=a.counted_runs, sizes=" ".join(a.sizes.split(",")),
+                               inv_sizes=" ".join(a.inv_sizes.split(",")), seconds=a.seconds,
+                               threads=" ".join(map(str, THREADS)), mem_n=a.mem_n, nblocks=len(order),
+                               blocks="\n".join(f"block {i} {c} {cost}" for i, (c, cost) in enumerate(order, 1)))
+            text, res, note = run_boot(n, plan, accel, kdir, a)
+            notes.append(note)
+            env = (BOOTS / str(n) / "env.txt").read_text().split("\n")
+            guest = f"Linux {env[0]} (bench flavour, kernel {kdir.name}), {env[1]} CPUs, {env[3]} IOMMU groups"
+            _, failed = gate(parse(text, n), n)
+            status = "accepted" if not failed else "rejected"
+            why = "; ".join(f"{c} {p} {size_name(z)} short by {fmt_us(-m)} µs of {fmt_us(need)}"
+                            for m, need, c, z, p in failed[:4]) + (f"; {len(failed) - 4} more" if len(failed) > 4 else "")
+            boots.append((n, status, why, text))
+            vm.log(f"bench: boot {n} {status}{': ' + why if why else ''}")
+            # Keep every boot's records as they come: a run cut short still leaves its data.
+            save_data(DATA, meta, boots)
+            if status == "rejected":
+                rejected += 1
+                if rejected > a.max_rejected:
+                    raise SystemExit(f"bench: {rejected} boots rejected by the validity gate; records in "
+                                     f"{DATA} and {BOOTS}")
         cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                     if line.startswith("model name")), platform.machine())
-        meta = {
+        meta.update({
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "command": "make bench" + (f" BENCH_ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else ""),
-            "wall": f"{time.monotonic() - start:.0f} s, of which the VM boot {res.seconds:.0f} s",
+            "wall": f"{time.monotonic() - start:.0f} s for {n} boots ({'; '.join(notes)})",
             "machine": f"{os.cpu_count()} host cores ({cpu}), QEMU {accel} ({reason}), guest 2 vCPUs, "
                        f"2 GiB RAM, GPU BAR {a.bar_mib} MiB",
-            "guest": f"Linux {env[0]} (bench flavour, kernel {kdir.name}), {env[1]} CPUs, "
-                     f"{env[3]} IOMMU groups",
-            "load": f"before the boot {load_before}; after it {load_after} (this run's own QEMU included)",
-            "runs": a.runs, "seconds": a.seconds,
-        }
-        meta_file.write_text(repr(meta))
-    else:
-        import ast
-        meta = ast.literal_eval(meta_file.read_text())
-    data = parse((RESULTS / "raw.txt").read_text())
-    if not data["lat"]:
-        raise SystemExit("bench: no latency records")
-    text, svg, missed = report(data, meta)
+            "guest": guest,
+        })
+        save_data(DATA, meta, boots)
+    data = merge([parse(t, b) for b, _, _, t in boots])
+    text, svg, missed = report(data, meta, [(b, st, why) for b, st, why, _ in boots])
     # A hand-written reading of a run (below NOTES in BENCHMARKS.md) is kept, marked as such.
     old = DOC.read_text() if DOC.exists() else ""
     if NOTES in old:
         text += "\n" + NOTES + old.split(NOTES, 1)[1]
     DOC.write_text(text)
     SVG.write_text(svg)
-    vm.log(f"bench: wrote {DOC} and {SVG}; {len(missed)} target(s) missed; whole run "
+    vm.log(f"bench: wrote {DOC}, {SVG} and {DATA}; {len(missed)} target(s) missed; "
            f"{time.monotonic() - start:.0f} s")
     return 0
 

@@ -54,7 +54,8 @@ def source_state():
     are what the runs write, not what they run, and do not count."""
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--",
-                             ".", ":!docs", ":!BENCHMARKS.md", ":!BENCHMARKS.svg"],
+                             ".", ":!docs", ":!BENCHMARKS.md", ":!BENCHMARKS.svg",
+                             ":!BENCHMARKS.data.gz"],
                             capture_output=True, text=True)
     if head.returncode != 0:
         return "unknown (not a git checkout)"
