@@ -26,14 +26,16 @@
  *   tput LABEL SIZE THREADS REGISTRATIONS NS
  *   mem LABEL SIZE N SUNRECLAIM_KB_BEFORE SUNRECLAIM_KB_AFTER
  *   slab LABEL SIZE N CACHE OBJECT_BYTES ACTIVE_BEFORE ACTIVE_AFTER   (one per slab cache whose
- *       active objects changed over the N registrations, from /proc/slabinfo; OBJECT_BYTES is the
- *       cache's object size with its alignment and metadata, what an object really occupies)
+ *       active objects changed over the N registrations, from /proc/slabinfo read after every
+ *       cache was shrunk; OBJECT_BYTES is the cache's object size with its alignment and
+ *       metadata, what an object really occupies)
  *   steps LABEL SIZE RUN PHASE NAME:CALLS:NS...   (the counted runs of peermem_rs only: its own
  *       per-step time accounting, PEERMEM_STEPS, read around the registration (PHASE reg) and the
  *       deregistration (dereg); steps without calls are left out)
  * SIZE accepts K/M/G suffixes (powers of 1024).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -590,10 +592,40 @@ static int parse_slabinfo(const char *text, struct slabs *sl)
 	return sl->n ? 0 : -1;
 }
 
+/*
+ * Every cache's per-CPU slabs and sheaves back to its node lists (kmem_cache_shrink, through each
+ * cache's sysfs "shrink"), so that /proc/slabinfo counts their free objects as free: it takes
+ * every object a CPU holds for "active", and how many a CPU holds changes with what ran last.
+ */
+static void slabs_shrink(void)
+{
+	DIR *d = opendir("/sys/kernel/slab");
+	struct dirent *e;
+	int done = 0;
+
+	if (!d)
+		fatal("cannot open /sys/kernel/slab: %s", strerror(errno));
+	while ((e = readdir(d))) {
+		char path[512];
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/sys/kernel/slab/%s/shrink", e->d_name);
+		if (!write_text(path, "1"))
+			done++;
+	}
+	closedir(d);
+	if (!done)
+		fatal("no cache of /sys/kernel/slab could be shrunk");
+}
+
 static void slabs_read(struct slabs *sl)
 {
 	static char buf[128 << 10];
-	int ret = read_all("/proc/slabinfo", buf, sizeof(buf));
+	int ret;
+
+	slabs_shrink();
+	ret = read_all("/proc/slabinfo", buf, sizeof(buf));
 
 	if (ret)
 		fatal("cannot read /proc/slabinfo (%s): a kernel without CONFIG_SLUB_DEBUG? "
