@@ -62,13 +62,35 @@ static int peermem_show(struct seq_file *m, void *v)
 }
 DEFINE_SHOW_ATTRIBUTE(peermem);
 
-void *peermem_debugfs_create(const char *dir, const char *file, const void *data)
+static int peermem_rw_show(struct seq_file *m, void *v)
 {
-	struct dentry *d = debugfs_create_dir(dir, NULL);
+	return peermem_seq_show(m, m->private);
+}
 
-	/* i_private is not const, but the file only ever reads through it. */
-	debugfs_create_file(file, 0444, d, (void *)data, &peermem_fops);
-	return d;
+/* Whatever is written: the text is not read, the write is the request. */
+static ssize_t peermem_rw_write(struct file *file, const char __user *buf, size_t count,
+				loff_t *ppos)
+{
+	struct seq_file *m = file->private_data;
+	int rc = peermem_seq_write(m->private);
+
+	return rc ? rc : count;
+}
+DEFINE_SHOW_STORE_ATTRIBUTE(peermem_rw);
+
+void *peermem_debugfs_create_dir(const char *dir)
+{
+	return debugfs_create_dir(dir, NULL);
+}
+
+void peermem_debugfs_create_file(void *dir, const char *file, const void *data, bool writable)
+{
+	/*
+	 * i_private is not const, but both kinds of file only ever read through it (a writable one
+	 * hands it to Rust, which reads through it too). An ERR_PTR dir makes no file.
+	 */
+	debugfs_create_file(file, writable ? 0644 : 0444, dir, (void *)data,
+			    writable ? &peermem_rw_fops : &peermem_fops);
 }
 
 void peermem_debugfs_remove(void *dir)

@@ -51,14 +51,18 @@ struct pci_dev *peermem_pci_dev_get(struct device *dev);
 void peermem_fsleep(unsigned long usecs);
 
 /*
- * debugfs: a directory and one read-only seq_file in it (DEFINE_SHOW_ATTRIBUTE's file_operations,
- * with .owner = THIS_MODULE). Reading the file calls peermem_seq_show(m, data), defined in Rust
- * (src/kapi.rs), with the data given here. Returns the directory (an ERR_PTR on failure, which
- * debugfs_remove() accepts), as an untyped handle: struct dentry would bring half of the VFS into
- * the generated bindings.
+ * debugfs: a directory, then seq_files in it: read-only ones (DEFINE_SHOW_ATTRIBUTE's
+ * file_operations, 0444) and writable ones (DEFINE_SHOW_STORE_ATTRIBUTE's, 0644), both with
+ * .owner = THIS_MODULE. Reading a file calls peermem_seq_show(m, data), writing a writable one
+ * peermem_seq_write(data) (its errno, or the whole write accepted), both defined in Rust
+ * (src/kapi.rs), with the data given here. The directory is returned (an ERR_PTR on failure,
+ * which debugfs_create_file() and debugfs_remove() accept) as an untyped handle: struct dentry
+ * would bring half of the VFS into the generated bindings.
  */
-void *peermem_debugfs_create(const char *dir, const char *file, const void *data);
+void *peermem_debugfs_create_dir(const char *dir);
+void peermem_debugfs_create_file(void *dir, const char *file, const void *data, bool writable);
 int peermem_seq_show(struct seq_file *m, const void *data);
+int peermem_seq_write(const void *data);
 /* debugfs_remove() is a static inline without CONFIG_DEBUG_FS. */
 void peermem_debugfs_remove(void *dir);
 

@@ -6,7 +6,7 @@
 use kernel::prelude::*;
 
 use crate::client::RegCtx;
-use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqShow, WorkQueue};
+use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqFile, WorkQueue};
 use crate::peer_mem::{
     self, ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT,
 };
@@ -68,8 +68,11 @@ pub(crate) struct PeerMemRs {
 }
 
 /// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line, and an empty line
-/// last, as the file had when kernel::debugfs wrote it (`writeln!` of the value).
-static STATS_TEXT: SeqShow = SeqShow(|w| writeln!(w, "{}", stats::snapshot()));
+/// last, as the file had when kernel::debugfs wrote it (`writeln!` of the value). Read-only.
+static STATS_FILE: SeqFile = SeqFile {
+    show: |w| writeln!(w, "{}", stats::snapshot()),
+    write: None,
+};
 
 /// The parameters, checked. Meanings as in nvidia-peermem.
 struct Params {
@@ -202,7 +205,7 @@ impl kernel::Module for PeerMemRs {
         let queue = WorkQueue::new(c"peermem_rs")?;
         let clients = register_clients()?;
         // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
-        let debugfs = DebugfsDir::new(module_name(), c"stats", &STATS_TEXT);
+        let debugfs = DebugfsDir::new(module_name(), &[(c"stats", &STATS_FILE)]);
         // Nothing fails after this point: registrations may begin.
         peer_mem::accept_registrations();
         Ok(Self {
