@@ -5,6 +5,7 @@
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/kstrtox.h>
 #include <linux/workqueue.h>
 #include <linux/pci.h>
 #include <linux/delay.h>
@@ -27,6 +28,37 @@ module_param_named(peerdirect_support, peermem_param_peerdirect_support, int, 04
 MODULE_PARM_DESC(peerdirect_support,
 		 "0 [default]: the invalidating client asks the host not to unmap on invalidation; "
 		 "1: legacy client, for MLNX_OFED 4.9 LTS hosts");
+
+/*
+ * Runtime-writable (0644), unlike the others, and not nvidia-peermem's: the value lives in Rust
+ * (src/timing.rs), read once per callback with a relaxed atomic load, so the setter and getter call
+ * into Rust instead of giving the kernel a variable to write under the callbacks' feet. Parsed as a
+ * bool parameter is (param_set_bool: kstrtobool, no value means on), shown as one (Y or N).
+ */
+static int peermem_time_accounting_set(const char *val, const struct kernel_param *kp)
+{
+	bool on;
+	int rc = kstrtobool(val ? val : "1", &on);
+
+	if (rc)
+		return rc;
+	peermem_time_accounting_store(on);
+	return 0;
+}
+
+static int peermem_time_accounting_get(char *buffer, const struct kernel_param *kp)
+{
+	return sprintf(buffer, "%c\n", peermem_time_accounting_load() ? 'Y' : 'N');
+}
+
+static const struct kernel_param_ops peermem_time_accounting_ops = {
+	.set = peermem_time_accounting_set,
+	.get = peermem_time_accounting_get,
+};
+module_param_cb(time_accounting, &peermem_time_accounting_ops, NULL, 0644);
+MODULE_PARM_DESC(time_accounting,
+		 "0 [default]: off; 1: time each step of every callback into "
+		 "/sys/kernel/debug/<module>/time (a clock read per step boundary)");
 
 const char peermem_param_version[] = PEERMEM_VERSION;
 MODULE_VERSION(PEERMEM_VERSION);

@@ -2,7 +2,8 @@
 /*
  * The C side of peermem-rs: only what Rust cannot express, on every kernel it builds on (6.12 to
  * 7.3). Module parameters that appear read-only in /sys/module/<module>/parameters (the Rust
- * module! macro registers parameters without sysfs permissions), MODULE_VERSION, MODULE_AUTHOR and
+ * module! macro registers parameters without sysfs permissions), and one runtime-writable one whose
+ * value lives in Rust (time_accounting), MODULE_VERSION, MODULE_AUTHOR and
  * MODULE_SOFTDEP; statically initialised mutexes; and one-line wrappers of kernel macros and static
  * inlines that neither release's kernel crate exposes in the same form (each says why). There is
  * no logic here. src/kapi.rs is the only Rust user of the wrappers.
@@ -25,9 +26,16 @@ struct workqueue_struct;
  */
 void pci_dev_put(struct pci_dev *dev);
 
-/* Values of the module parameters, fixed once the module is loaded (permissions 0444). */
+/* Values of nvidia-peermem's module parameters, fixed once the module is loaded (permissions 0444). */
 extern int peermem_param_persistent_api_support;
 extern int peermem_param_peerdirect_support;
+
+/*
+ * time_accounting (0644): its value is src/timing.rs's, which the parameter's set and get
+ * operations (shim.c) store and load through these two functions, defined in Rust.
+ */
+void peermem_time_accounting_store(bool on);
+bool peermem_time_accounting_load(void);
 
 /* The module's version, as in MODULE_VERSION and the peer-memory client's version field. */
 extern const char peermem_param_version[];

@@ -48,6 +48,7 @@ use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::{HostLink, PeerClient};
 use crate::sg::SgEntries;
 use crate::stats;
+use crate::timing::{self, Entry, Timing};
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a
 /// count of live registrations.
@@ -105,19 +106,22 @@ impl_has_work! {
     impl HasWork<Self> for RegCtx { self.work }
 }
 
-/// What a host call brings along.
+/// What a host call (or the free callback, or the work item) brings along.
 struct HostArgs {
     /// The host's SG table (dma_map).
     sg: *mut bindings::sg_table,
     /// The NIC (dma_map), moved into the mapping when it is made.
     peer: Option<PeerDevice>,
+    /// The time accounting of the entry point that runs this.
+    t: Timing,
 }
 
 impl HostArgs {
-    fn none() -> Self {
+    fn none(t: Timing) -> Self {
         Self {
             sg: core::ptr::null_mut(),
             peer: None,
+            t,
         }
     }
 }
@@ -233,6 +237,7 @@ impl RegCtx {
     /// Makes the call `op` with the registration lock dropped, and stores what it gave back.
     fn call(self: ArcBorrow<'_, Self>, op: Op, args: &mut HostArgs) -> Result<(), i32> {
         let range = self.range();
+        let t = args.t;
         let errno = |e: Error| -e.to_errno();
         match op {
             Op::PinN => {
@@ -253,7 +258,7 @@ impl RegCtx {
                 // callback does not use the registration; the work item it goes to drops it only
                 // after `DriverBarrier`, which waits for the RM API lock that the driver holds
                 // until the callback has returned. So the registration outlives the callback.
-                let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr) };
+                let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr, t) };
                 let key = key.map_err(errno)?;
                 self.inner.lock().n = Some(key);
                 Ok(())
@@ -271,7 +276,7 @@ impl RegCtx {
                     g.n
                 };
                 match key {
-                    Some(key) => nvidia::put_pages(range.first_page(), key).map_err(errno),
+                    Some(key) => nvidia::put_pages(range.first_page(), key, t).map_err(errno),
                     None => Ok(()),
                 }
             }
@@ -287,17 +292,17 @@ impl RegCtx {
                 // invalidating flavour needs, its unpin does not depend on the caller), under
                 // `N_PINS` as every persistent pin of ours.
                 let page = range.first_page();
-                let probe = PersistentPin::get(page).map_err(errno)?;
+                let probe = PersistentPin::get(page, t).map_err(errno)?;
                 // Whatever the unpin answers, the pin showed the process reaches its memory; a
                 // refused unpin leaves the driver that pin (and its device reference): say so.
-                if let Err(e) = probe.put(page) {
+                if let Err(e) = probe.put(page, t) {
                     let event = Event::UnpinPFailed(-e.to_errno());
                     stats::event(self.link.name(), page, Actor::Host, event);
                 }
                 Ok(())
             }
             Op::DriverBarrier => {
-                let r = nvidia::wait_for_teardowns();
+                let r = nvidia::wait_for_teardowns(t);
                 if r.is_err() {
                     // The state machine asks again, a bounded number of times; give the driver
                     // a moment (to find memory, to leave a state its lock refuses).
@@ -319,7 +324,7 @@ impl RegCtx {
                 let Some(p) = p else {
                     return Err(EINVAL_NR);
                 };
-                let mapped = p.dma_map(&peer);
+                let mapped = p.dma_map(&peer, t);
                 let mut g = self.inner.lock();
                 g.p = Some(p);
                 let mapping = mapped.map_err(errno)?;
@@ -360,7 +365,7 @@ impl RegCtx {
                     (g.p.take(), g.mapping.take())
                 };
                 if let (Some(p), Some((peer, m))) = (&p, mapping) {
-                    p.dma_unmap(&peer, m);
+                    p.dma_unmap(&peer, m, t);
                 }
                 self.inner.lock().p = p;
                 Ok(())
@@ -368,7 +373,7 @@ impl RegCtx {
             Op::UnpinP => {
                 let p = self.inner.lock().p.take();
                 match p {
-                    Some(p) => p.put(range).map_err(errno),
+                    Some(p) => p.put(range, t).map_err(errno),
                     None => Ok(()),
                 }
             }
@@ -384,19 +389,23 @@ impl WorkItem for RegCtx {
     type Pointer = Arc<RegCtx>;
 
     fn run(this: Arc<RegCtx>) {
+        let t = Timing::begin(Entry::WorkItem);
+        let _total = t.span(timing::Step::Total);
         this.inner.lock().state.begin_work();
         let _ = this
             .as_arc_borrow()
-            .drive(Actor::Work, &mut HostArgs::none());
+            .drive(Actor::Work, &mut HostArgs::none(t));
         if this.inner.lock().state.take_keep() {
             // Nothing shows that the driver's teardown has returned from our callback: keep this
             // reference for good (the registration and the module stay until reboot) rather than
             // free them under it.
             core::mem::forget(this);
+        } else {
+            // `this` goes here, perhaps the last reference and the module's with it: the
+            // workqueue core runs next, and module exit's destroy_workqueue waits for this
+            // function to return (the spans' ends included).
+            drop(this);
         }
-        // Otherwise `this` goes here, perhaps the last reference and the module's with it: the
-        // workqueue core runs next, and module exit's destroy_workqueue waits for this function
-        // to return.
     }
 }
 
@@ -435,7 +444,7 @@ impl PeerClient for RegCtx {
     /// acquire: is `[addr, addr + size)` GPU memory of the calling process? It pins it
     /// persistently to find out, and keeps that pin as the registration's. `None` means "not
     /// mine".
-    fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<RegCtx>> {
+    fn acquire(link: &'static HostLink, addr: u64, size: u64, t: Timing) -> Option<Arc<RegCtx>> {
         let Ok(range) = GpuRange::covering(addr, size) else {
             refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange);
             return None;
@@ -454,14 +463,14 @@ impl PeerClient for RegCtx {
         // rules), so no pin of ours may take the address a stale unpin names.
         let pinned = {
             let _n_pins = N_PINS.lock();
-            PersistentPin::get(range)
+            PersistentPin::get(range, t)
         };
         let p = match pinned {
             Ok(p) => p,
             Err(e) => return no(-e.to_errno(), Cause::of_persistent_pin_errno(-e.to_errno())),
         };
         if p.header().check(range.pages()).is_err() {
-            let _ = p.put(range);
+            let _ = p.put(range, t);
             return no(EINVAL_NR, Cause::UnknownLayout);
         }
         let state = Registration::acquired(link.flavour(), range, kapi::current_tgid());
@@ -483,7 +492,7 @@ impl PeerClient for RegCtx {
             GFP_KERNEL,
         );
         let Ok(ctx) = ctx else {
-            let _ = p.put(range);
+            let _ = p.put(range, t);
             return no(ENOMEM_NR, Cause::OutOfMemory);
         };
         // Nobody else knows the registration yet.
@@ -494,7 +503,13 @@ impl PeerClient for RegCtx {
     }
 
     /// get_pages: pin the GPU pages of the registration (acquire did, for P).
-    fn get_pages(ctx: ArcBorrow<'_, RegCtx>, addr: u64, size: u64, core_context: u64) -> Result {
+    fn get_pages(
+        ctx: ArcBorrow<'_, RegCtx>,
+        addr: u64,
+        size: u64,
+        core_context: u64,
+        t: Timing,
+    ) -> Result {
         let range = GpuRange::covering(addr, size)
             .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange))?;
         host_call(
@@ -504,7 +519,7 @@ impl PeerClient for RegCtx {
                 range,
                 core_context,
             },
-            &mut HostArgs::none(),
+            &mut HostArgs::none(t),
         )
     }
 
@@ -516,6 +531,7 @@ impl PeerClient for RegCtx {
         ctx: ArcBorrow<'_, RegCtx>,
         host_sg: *mut bindings::sg_table,
         peer: Option<PeerDevice>,
+        t: Timing,
     ) -> Result<u32> {
         let range = ctx.range();
         if peer.is_none() {
@@ -530,14 +546,18 @@ impl PeerClient for RegCtx {
         if host_sg.is_null() {
             return Err(violation(ctx.link, "dma_map", range, Violation::OutOfOrder));
         }
-        let mut args = HostArgs { sg: host_sg, peer };
+        let mut args = HostArgs {
+            sg: host_sg,
+            peer,
+            t,
+        };
         host_call(ctx, "dma_map", HostCall::DmaMap, &mut args)?;
         stats::mapped();
         Ok(range.pages())
     }
 
     /// dma_unmap: undo dma_map.
-    fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table) {
+    fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table, t: Timing) {
         let published = ctx
             .inner
             .lock()
@@ -548,12 +568,12 @@ impl PeerClient for RegCtx {
             let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder);
             return;
         }
-        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none());
+        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none(t));
     }
 
     /// put_pages: unpin (what the calling task may).
-    fn put_pages(ctx: ArcBorrow<'_, RegCtx>) {
-        let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none());
+    fn put_pages(ctx: ArcBorrow<'_, RegCtx>, t: Timing) {
+        let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none(t));
     }
 
     /// get_page_size: GPU pages are 64 KiB.
@@ -562,7 +582,7 @@ impl PeerClient for RegCtx {
     }
 
     /// release: the host is done with the registration; its reference goes when this returns.
-    fn release(ctx: Arc<RegCtx>) {
+    fn release(ctx: Arc<RegCtx>, t: Timing) {
         let link = ctx.link;
         let range = ctx.range();
         let begun = ctx
@@ -579,7 +599,7 @@ impl PeerClient for RegCtx {
         }
         let _ = ctx
             .as_arc_borrow()
-            .drive(Actor::Host, &mut HostArgs::none());
+            .drive(Actor::Host, &mut HostArgs::none(t));
         // The host no longer reads the SG entries.
         let sg = ctx.inner.lock().sg.take();
         drop(sg);
@@ -592,12 +612,12 @@ impl nvidia::FreeCallback for RegCtx {
     /// unregistration from the P2P object). The driver holds its RM API lock; `driver_ref`, then
     /// the work item it is handed to, keeps this registration alive until the callback has
     /// returned (see `Op::PinN`).
-    fn free_callback(ctx: ArcBorrow<'_, Self>) {
+    fn free_callback(ctx: ArcBorrow<'_, Self>, t: Timing) {
         if !ctx.inner.lock().state.begin_callback() {
             return;
         }
         // Makes the NIC stop using the memory (through the host) if it may; never waits, and never
         // calls into the driver, which is locked by this very task.
-        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none());
+        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t));
     }
 }

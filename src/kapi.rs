@@ -28,7 +28,7 @@
 //! | is module X loaded | [`module_present`] (`kset_find_obj` on `module_kset`) | no API |
 //! | work queue | [`WorkQueue`] (shim `alloc_workqueue`, `destroy_workqueue`), [`work_queue`] | `alloc_workqueue` is a variadic function on 6.12, a macro (`alloc_workqueue_noprof`) on 7.3 |
 //! | module-wide mutexes | [`StaticMutex`] on the shim's `DEFINE_MUTEX`es | no `kernel::sync::global_lock` on 6.12 |
-//! | time, sleeping | [`monotonic_ms`] (`ktime_get`), [`sleep_ms`] (shim `fsleep`) | no `kernel::time::{Instant, Delta}` or `time::delay` on 6.12 |
+//! | time, sleeping | [`monotonic_ms`], [`monotonic_ns`] (`ktime_get`), [`sleep_ms`] (shim `fsleep`) | no `kernel::time::{Instant, Delta}` or `time::delay` on 6.12 |
 //! | current's tgid, pid | [`current_tgid`] (`get_current()->tgid`), [`current_pid`] (`current!().pid()`) | `Task::tgid` is 7.3's (not on 7.2) |
 //! | PCI device references | [`PciDev`] (shim `dev_is_pci` + `pci_dev_get`, `pci_dev_put`) | not in 6.12's bindings; `dev_is_pci` is a macro |
 //! | debugfs | [`DebugfsDir`] with [`SeqFile`] files (shim `DEFINE_SHOW_ATTRIBUTE`, `DEFINE_SHOW_STORE_ATTRIBUTE`) | no `kernel::debugfs` on 6.12 |
@@ -342,6 +342,16 @@ pub(crate) fn monotonic_ms() -> u64 {
     // only when timekeeping is suspended); our callers are tasks.
     let ns = unsafe { bindings::ktime_get() };
     u64::try_from(ns).unwrap_or(0) / 1_000_000
+}
+
+/// Nanoseconds of the monotonic clock (`ktime_get`, CLOCK_MONOTONIC: what `ktime_get_ns`, a
+/// static inline, returns), for the time accounting (`crate::timing`).
+pub(crate) fn monotonic_ns() -> u64 {
+    // SAFETY: `ktime_get` may be called from any context but NMI (kernel/time/timekeeping.c warns
+    // only when timekeeping is suspended), with or without locks held; our callers are tasks, in
+    // callbacks, our work item or a debugfs read, some holding a spinlock.
+    let ns = unsafe { bindings::ktime_get() };
+    u64::try_from(ns).unwrap_or(0)
 }
 
 /// Sleeps for about `ms` milliseconds. Process context only.

@@ -10,7 +10,7 @@ use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqFile, WorkQueue};
 use crate::peer_mem::{
     self, ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT,
 };
-use crate::{stats, sys};
+use crate::{stats, sys, timing};
 
 /// The registered clients: the invalidating one (if any) and the persistent one.
 struct Clients {
@@ -204,8 +204,12 @@ impl kernel::Module for PeerMemRs {
         refuse_beside_other_client()?;
         let queue = WorkQueue::new(c"peermem_rs")?;
         let clients = register_clients()?;
-        // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
-        let debugfs = DebugfsDir::new(module_name(), &[(c"stats", &STATS_FILE)]);
+        // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats, and the
+        // time accounting's counters next to it (`time`).
+        let debugfs = DebugfsDir::new(
+            module_name(),
+            &[(c"stats", &STATS_FILE), (c"time", &timing::FILE)],
+        );
         // Nothing fails after this point: registrations may begin.
         peer_mem::accept_registrations();
         Ok(Self {
