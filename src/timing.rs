@@ -12,12 +12,13 @@
 //! like the statistics'. The steps and the file's text are in `logic::timing`; the counters are
 //! shown, and reset by a write, in /sys/kernel/debug/<module>/time ([`FILE`]).
 //!
-//! What it costs when on: a clock read (`ktime_get`) at each span's start and end and two relaxed
-//! atomic additions per span; nested
+//! What it costs when on: a clock read (`ktime_get`) at each span's start and end (one for both
+//! when a lock's wait ends and its hold starts) and two relaxed atomic additions per span; nested
 //! spans include the reads of those inside them. The file's `timing.clock_read` line says what a
 //! read costs on this machine.
 
 use core::fmt;
+use core::ops::{Deref, DerefMut};
 
 use crate::kapi::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use crate::kapi::{self, SeqFile};
@@ -97,6 +98,23 @@ impl Timing {
             start: kapi::monotonic_ns(),
         })
     }
+
+    /// Runs `f`, timed as `step`.
+    pub(crate) fn time<R>(self, step: Step, f: impl FnOnce() -> R) -> R {
+        let _span = self.span(step);
+        f()
+    }
+
+    /// Takes a lock with `take`, timing the wait as `wait` and then, until the returned guard is
+    /// dropped (unlock included), the hold as `hold`.
+    pub(crate) fn lock<G>(self, wait: Step, hold: Step, take: impl FnOnce() -> G) -> Held<G> {
+        let waiting = self.span(wait);
+        let guard = take();
+        Held {
+            guard,
+            _hold: waiting.map(|w| w.then(hold)),
+        }
+    }
 }
 
 /// A step being timed: dropping it adds the time since it started to its counter.
@@ -107,10 +125,41 @@ pub(crate) struct Span {
     start: u64,
 }
 
+impl Span {
+    /// Ends this step and starts `next` at the same instant, with one clock read.
+    fn then(mut self, next: Step) -> Self {
+        let now = kapi::monotonic_ns();
+        add(self.entry, self.step, now.saturating_sub(self.start));
+        self.step = next;
+        self.start = now;
+        self
+    }
+}
+
 impl Drop for Span {
     fn drop(&mut self) {
         let ns = kapi::monotonic_ns().saturating_sub(self.start);
         add(self.entry, self.step, ns);
+    }
+}
+
+/// A lock guard whose hold is timed ([`Timing::lock`]). Fields drop in order: the lock is released
+/// before the hold's span ends.
+pub(crate) struct Held<G> {
+    guard: G,
+    _hold: Option<Span>,
+}
+
+impl<G: Deref> Deref for Held<G> {
+    type Target = G::Target;
+    fn deref(&self) -> &G::Target {
+        &self.guard
+    }
+}
+
+impl<G: DerefMut> DerefMut for Held<G> {
+    fn deref_mut(&mut self) -> &mut G::Target {
+        &mut self.guard
     }
 }
 
