@@ -57,8 +57,8 @@ static const struct kernel_param_ops peermem_time_accounting_ops = {
 };
 module_param_cb(time_accounting, &peermem_time_accounting_ops, NULL, 0644);
 MODULE_PARM_DESC(time_accounting,
-		 "0 [default]: off; 1: time each step of every callback into "
-		 "/sys/kernel/debug/<module>/time (a clock read per step boundary)");
+		 "N [default]: off; Y (or 1): time each step of every callback into "
+		 "/sys/kernel/debug/<module>/time (writable at runtime)");
 
 const char peermem_param_version[] = PEERMEM_VERSION;
 MODULE_VERSION(PEERMEM_VERSION);
