@@ -56,6 +56,7 @@ static const struct kernel_param_ops peermem_time_accounting_ops = {
 	.get = peermem_time_accounting_get,
 };
 module_param_cb(time_accounting, &peermem_time_accounting_ops, NULL, 0644);
+__MODULE_PARM_TYPE(time_accounting, "bool");
 MODULE_PARM_DESC(time_accounting,
 		 "N [default]: off; Y (or 1): time each step of every callback into "
 		 "/sys/kernel/debug/<module>/time (writable at runtime)");
