@@ -5,6 +5,7 @@
  */
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/kstrtox.h>
 #include <linux/workqueue.h>
 #include <linux/pci.h>
 #include <linux/delay.h>
@@ -27,6 +28,38 @@ module_param_named(peerdirect_support, peermem_param_peerdirect_support, int, 04
 MODULE_PARM_DESC(peerdirect_support,
 		 "0 [default]: the invalidating client asks the host not to unmap on invalidation; "
 		 "1: legacy client, for MLNX_OFED 4.9 LTS hosts");
+
+/*
+ * Runtime-writable (0644), unlike the others, and not nvidia-peermem's: the value lives in Rust
+ * (src/timing.rs), read once per callback with a relaxed atomic load, so the setter and getter call
+ * into Rust instead of giving the kernel a variable to write under the callbacks' feet. Parsed as a
+ * bool parameter is (param_set_bool: kstrtobool, no value means on), shown as one (Y or N).
+ */
+static int peermem_time_accounting_set(const char *val, const struct kernel_param *kp)
+{
+	bool on;
+	int rc = kstrtobool(val ? val : "1", &on);
+
+	if (rc)
+		return rc;
+	peermem_time_accounting_store(on);
+	return 0;
+}
+
+static int peermem_time_accounting_get(char *buffer, const struct kernel_param *kp)
+{
+	return sprintf(buffer, "%c\n", peermem_time_accounting_load() ? 'Y' : 'N');
+}
+
+static const struct kernel_param_ops peermem_time_accounting_ops = {
+	.set = peermem_time_accounting_set,
+	.get = peermem_time_accounting_get,
+};
+module_param_cb(time_accounting, &peermem_time_accounting_ops, NULL, 0644);
+__MODULE_PARM_TYPE(time_accounting, "bool");
+MODULE_PARM_DESC(time_accounting,
+		 "N [default]: off; Y (or 1): time each step of every callback into "
+		 "/sys/kernel/debug/<module>/time (writable at runtime)");
 
 const char peermem_param_version[] = PEERMEM_VERSION;
 MODULE_VERSION(PEERMEM_VERSION);
@@ -62,13 +95,35 @@ static int peermem_show(struct seq_file *m, void *v)
 }
 DEFINE_SHOW_ATTRIBUTE(peermem);
 
-void *peermem_debugfs_create(const char *dir, const char *file, const void *data)
+static int peermem_rw_show(struct seq_file *m, void *v)
 {
-	struct dentry *d = debugfs_create_dir(dir, NULL);
+	return peermem_seq_show(m, m->private);
+}
 
-	/* i_private is not const, but the file only ever reads through it. */
-	debugfs_create_file(file, 0444, d, (void *)data, &peermem_fops);
-	return d;
+/* Whatever is written: the text is not read, the write is the request. */
+static ssize_t peermem_rw_write(struct file *file, const char __user *buf, size_t count,
+				loff_t *ppos)
+{
+	struct seq_file *m = file->private_data;
+	int rc = peermem_seq_write(m->private);
+
+	return rc ? rc : count;
+}
+DEFINE_SHOW_STORE_ATTRIBUTE(peermem_rw);
+
+void *peermem_debugfs_create_dir(const char *dir)
+{
+	return debugfs_create_dir(dir, NULL);
+}
+
+void peermem_debugfs_create_file(void *dir, const char *file, const void *data, bool writable)
+{
+	/*
+	 * i_private is not const, but both kinds of file only ever read through it (a writable one
+	 * hands it to Rust, which reads through it too). An ERR_PTR dir makes no file.
+	 */
+	debugfs_create_file(file, writable ? 0644 : 0444, dir, (void *)data,
+			    writable ? &peermem_rw_fops : &peermem_fops);
 }
 
 void peermem_debugfs_remove(void *dir)

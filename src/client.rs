@@ -30,6 +30,17 @@
 //! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins and around every
 //! persistent pin it makes, outside the driver's RM API lock and never in the free callback: an unpin
 //! racing a teardown must not name a table address another of our pins has taken meanwhile.
+//!
+//! # Time accounting
+//!
+//! Every function here that an entry point runs gets that entry point's [`Timing`] (in
+//! [`HostArgs`] or as an argument) and times its steps with it (`crate::timing`): both locks (wait
+//! and hold, through [`RegCtx::lock`] and [`lock_n_pins`]), the state machine's calls, the SG
+//! entries, the statistics, the registration's allocation and its last reference, and queueing
+//! the work item; `nvidia.rs` times the driver calls. When the switch was off at the entry point,
+//! none of it reads a clock.
+
+use core::ops::DerefMut;
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -37,7 +48,7 @@ use kernel::sync::{Arc, ArcBorrow, SpinLock};
 use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 use crate::foreign::ForeignRef;
-use crate::kapi::{self, SharedMutex, StaticMutex};
+use crate::kapi::{self, SharedMutex, StaticMutex, StaticMutexGuard};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, EIO as EIO_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
@@ -48,6 +59,7 @@ use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
 use crate::peer_mem::{HostLink, PeerClient};
 use crate::sg::SgEntries;
 use crate::stats;
+use crate::timing::{self, Entry, Held, Timing};
 
 /// A reference on this module, so that it cannot be unloaded while a registration exists, and a
 /// count of live registrations.
@@ -58,9 +70,9 @@ use crate::stats;
 struct ModuleRef(kapi::ModuleRef);
 
 impl ModuleRef {
-    fn get() -> Option<Self> {
+    fn get(t: Timing) -> Option<Self> {
         let r = kapi::ModuleRef::try_get()?;
-        stats::registration_created();
+        t.time(timing::Step::Stats, stats::registration_created);
         Some(ModuleRef(r))
     }
 }
@@ -105,19 +117,22 @@ impl_has_work! {
     impl HasWork<Self> for RegCtx { self.work }
 }
 
-/// What a host call brings along.
+/// What a host call (or the free callback, or the work item) brings along.
 struct HostArgs {
     /// The host's SG table (dma_map).
     sg: *mut bindings::sg_table,
     /// The NIC (dma_map), moved into the mapping when it is made.
     peer: Option<PeerDevice>,
+    /// The time accounting of the entry point that runs this.
+    t: Timing,
 }
 
 impl HostArgs {
-    fn none() -> Self {
+    fn none(t: Timing) -> Self {
         Self {
             sg: core::ptr::null_mut(),
             peer: None,
+            t,
         }
     }
 }
@@ -134,6 +149,15 @@ fn queue() -> &'static workqueue::Queue {
 
 // SAFETY: the shim's `peermem_n_pins_lock` is used by this lock only.
 static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, ()) };
+
+/// Takes `N_PINS`, its wait and hold timed.
+fn lock_n_pins(t: Timing) -> Held<StaticMutexGuard<'static, ()>> {
+    t.lock(
+        timing::Step::NPinsLockWait,
+        timing::Step::NPinsLockHold,
+        || N_PINS.lock(),
+    )
+}
 
 // Lock rules of `N_PINS`, the lock of the notification pins' keys.
 //
@@ -183,17 +207,30 @@ impl RegCtx {
         self.range
     }
 
+    /// The registration lock (`inner`), its wait and hold timed.
+    fn lock(&self, t: Timing) -> Held<impl DerefMut<Target = Inner> + '_> {
+        t.lock(timing::Step::RegLockWait, timing::Step::RegLockHold, || {
+            self.inner.lock()
+        })
+    }
+
     /// Runs `actor` until it is done, carrying out each step of the state machine.
     fn drive(self: ArcBorrow<'_, Self>, actor: Actor, args: &mut HostArgs) -> Result<(), Refusal> {
         let range = self.range();
+        let t = args.t;
+        let machine = timing::Step::StateMachine;
         loop {
-            let step = self.inner.lock().state.next(actor);
+            let step = {
+                let mut g = self.lock(t);
+                t.time(machine, || g.state.next(actor))
+            };
             match step {
                 Step::Call(op) => {
                     let result = self.call(op, args);
-                    let mut g = self.inner.lock();
-                    if g.state.done(actor, op, result) == Commit::PublishSg {
+                    let mut g = self.lock(t);
+                    if t.time(machine, || g.state.done(actor, op, result)) == Commit::PublishSg {
                         if let Some(sg) = &g.sg {
+                            let _publish = t.span(timing::Step::SgPublish);
                             // SAFETY: `args.sg` is the host's table passed to this dma_map
                             // (checked non-null before the registration started it).
                             unsafe { sg.publish(args.sg) };
@@ -201,7 +238,7 @@ impl RegCtx {
                     }
                 }
                 Step::DropDriverRef => {
-                    let r = self.inner.lock().driver_ref.take();
+                    let r = self.lock(t).driver_ref.take();
                     if let Some(r) = r {
                         // SAFETY: the driver holds no copy any more (the state machine says it
                         // will not call back); the caller holds another reference, so this is
@@ -210,21 +247,21 @@ impl RegCtx {
                     }
                 }
                 Step::HandDriverRefToWork => {
-                    let r = self.inner.lock().driver_ref.take();
+                    let r = self.lock(t).driver_ref.take();
                     if let Some(r) = r {
                         // SAFETY: the driver's callback is running and is the last use of its
                         // reference.
                         let ctx = unsafe { r.take_back() };
                         // Already queued: that item holds a reference, so this is not the last.
-                        let _ = queue().enqueue(ctx);
+                        let _ = t.time(timing::Step::WorkQueue, || queue().enqueue(ctx));
                     }
                     // The callback returns now, without touching the registration again.
                     return Ok(());
                 }
                 Step::QueueWork => {
-                    let _ = queue().enqueue(Arc::from(self));
+                    let _ = t.time(timing::Step::WorkQueue, || queue().enqueue(Arc::from(self)));
                 }
-                Step::Note(event) => stats::event(self.link.name(), range, actor, event),
+                Step::Note(event) => stats::event(self.link.name(), range, actor, event, t),
                 Step::Return(result) => return result,
             }
         }
@@ -233,6 +270,7 @@ impl RegCtx {
     /// Makes the call `op` with the registration lock dropped, and stores what it gave back.
     fn call(self: ArcBorrow<'_, Self>, op: Op, args: &mut HostArgs) -> Result<(), i32> {
         let range = self.range();
+        let t = args.t;
         let errno = |e: Error| -e.to_errno();
         match op {
             Op::PinN => {
@@ -241,10 +279,10 @@ impl RegCtx {
                 // lies in one allocation), and costs one 64 KiB BAR1 extent instead of a second
                 // mapping of the whole range.
                 let range = range.first_page();
-                let _n_pins = N_PINS.lock();
+                let _n_pins = lock_n_pins(t);
                 let data = ForeignRef::give(Arc::from(self));
                 let data_ptr = data.as_ptr();
-                self.inner.lock().driver_ref = Some(data);
+                self.lock(t).driver_ref = Some(data);
                 // SAFETY: `data_ptr` is the pointer of `driver_ref`, a reference to this
                 // registration, which the driver holds until the state machine takes it back:
                 // after a failed pin (the driver keeps no callback then), after put_pages from the
@@ -253,15 +291,15 @@ impl RegCtx {
                 // callback does not use the registration; the work item it goes to drops it only
                 // after `DriverBarrier`, which waits for the RM API lock that the driver holds
                 // until the callback has returned. So the registration outlives the callback.
-                let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr) };
+                let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr, t) };
                 let key = key.map_err(errno)?;
-                self.inner.lock().n = Some(key);
+                self.lock(t).n = Some(key);
                 Ok(())
             }
             Op::UnpinN => {
-                let _n_pins = N_PINS.lock();
+                let _n_pins = lock_n_pins(t);
                 let key = {
-                    let g = self.inner.lock();
+                    let g = self.lock(t);
                     // Torn down by the driver's callback since the state machine asked: the
                     // table may be freed and its address another pin's (see `N_PINS`). The
                     // state machine ignores this call's result once N is torn down.
@@ -271,15 +309,15 @@ impl RegCtx {
                     g.n
                 };
                 match key {
-                    Some(key) => nvidia::put_pages(range.first_page(), key).map_err(errno),
+                    Some(key) => nvidia::put_pages(range.first_page(), key, t).map_err(errno),
                     None => Ok(()),
                 }
             }
             Op::ProveUnpinN => {
-                let _n_pins = N_PINS.lock();
+                let _n_pins = lock_n_pins(t);
                 // Torn down by the driver's callback since the state machine asked: the callback
                 // has N and our reference, and the state machine ignores this call's result.
-                if self.inner.lock().state.n_pin() != NPin::Proving {
+                if self.lock(t).state.n_pin() != NPin::Proving {
                     return Ok(());
                 }
                 // A lookup of the memory by this process, as put_pages of N will make: a
@@ -287,27 +325,28 @@ impl RegCtx {
                 // invalidating flavour needs, its unpin does not depend on the caller), under
                 // `N_PINS` as every persistent pin of ours.
                 let page = range.first_page();
-                let probe = PersistentPin::get(page).map_err(errno)?;
+                let probe = PersistentPin::get(page, t).map_err(errno)?;
                 // Whatever the unpin answers, the pin showed the process reaches its memory; a
                 // refused unpin leaves the driver that pin (and its device reference): say so.
-                if let Err(e) = probe.put(page) {
+                if let Err(e) = probe.put(page, t) {
                     let event = Event::UnpinPFailed(-e.to_errno());
-                    stats::event(self.link.name(), page, Actor::Host, event);
+                    stats::event(self.link.name(), page, Actor::Host, event, t);
                 }
                 Ok(())
             }
             Op::DriverBarrier => {
-                let r = nvidia::wait_for_teardowns();
+                let r = nvidia::wait_for_teardowns(t);
                 if r.is_err() {
                     // The state machine asks again, a bounded number of times; give the driver
                     // a moment (to find memory, to leave a state its lock refuses).
-                    kapi::sleep_ms(100);
+                    t.time(timing::Step::BarrierRetrySleep, || kapi::sleep_ms(100));
                 }
                 r.map_err(errno)
             }
             Op::AllocSg => {
-                let sg = SgEntries::alloc(range.pages()).map_err(errno)?;
-                self.inner.lock().sg = Some(sg);
+                let sg = t.time(timing::Step::SgAlloc, || SgEntries::alloc(range.pages()));
+                let sg = sg.map_err(errno)?;
+                self.lock(t).sg = Some(sg);
                 Ok(())
             }
             Op::MapP => {
@@ -315,12 +354,12 @@ impl RegCtx {
                     return Err(EINVAL_NR);
                 };
                 // P is reserved for this dma_map by the state machine: nobody takes it meanwhile.
-                let p = self.inner.lock().p.take();
+                let p = self.lock(t).p.take();
                 let Some(p) = p else {
                     return Err(EINVAL_NR);
                 };
-                let mapped = p.dma_map(&peer);
-                let mut g = self.inner.lock();
+                let mapped = p.dma_map(&peer, t);
+                let mut g = self.lock(t);
                 g.p = Some(p);
                 let mapping = mapped.map_err(errno)?;
                 g.mapping = Some((peer, mapping));
@@ -328,7 +367,7 @@ impl RegCtx {
             }
             Op::FillSg => {
                 let (p, sg, mapping) = {
-                    let mut g = self.inner.lock();
+                    let mut g = self.lock(t);
                     (g.p.take(), g.sg.take(), g.mapping.take())
                 };
                 let filled = match (&sg, &mapping) {
@@ -337,18 +376,21 @@ impl RegCtx {
                 };
                 // A page the driver did not map, in a mapping it reported as made.
                 let half_made = |p: &PersistentPin, m: &DmaMapping| {
+                    let _check = t.span(timing::Step::SgCheck);
                     let page = |i| Some((p.physical_address(i)?, m.dma_address(i)?));
                     tables::first_failed_page(range.pages(), page).is_some()
                 };
                 let mut sg = sg;
                 let result = match (&p, &mut sg, &mapping, filled) {
                     (Some(p), Some(_), Some((_, m)), true) if half_made(p, m) => Err(EIO_NR),
-                    (Some(_), Some(sg), Some((_, m)), true) => sg
-                        .fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
+                    (Some(_), Some(sg), Some((_, m)), true) => t
+                        .time(timing::Step::SgFill, || {
+                            sg.fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
+                        })
                         .map_err(errno),
                     _ => Err(EINVAL_NR),
                 };
-                let mut g = self.inner.lock();
+                let mut g = self.lock(t);
                 g.p = p;
                 g.sg = sg;
                 g.mapping = mapping;
@@ -356,24 +398,26 @@ impl RegCtx {
             }
             Op::UnmapP => {
                 let (p, mapping) = {
-                    let mut g = self.inner.lock();
+                    let mut g = self.lock(t);
                     (g.p.take(), g.mapping.take())
                 };
                 if let (Some(p), Some((peer, m))) = (&p, mapping) {
-                    p.dma_unmap(&peer, m);
+                    p.dma_unmap(&peer, m, t);
                 }
-                self.inner.lock().p = p;
+                self.lock(t).p = p;
                 Ok(())
             }
             Op::UnpinP => {
-                let p = self.inner.lock().p.take();
+                let p = self.lock(t).p.take();
                 match p {
-                    Some(p) => p.put(range).map_err(errno),
+                    Some(p) => p.put(range, t).map_err(errno),
                     None => Ok(()),
                 }
             }
             Op::Invalidate { core_context } => {
-                self.link.invalidate(core_context);
+                t.time(timing::Step::HostInvalidate, || {
+                    self.link.invalidate(core_context)
+                });
                 Ok(())
             }
         }
@@ -384,35 +428,54 @@ impl WorkItem for RegCtx {
     type Pointer = Arc<RegCtx>;
 
     fn run(this: Arc<RegCtx>) {
-        this.inner.lock().state.begin_work();
+        let t = Timing::begin(Entry::WorkItem);
+        let _total = t.span(timing::Step::Total);
+        let machine = timing::Step::StateMachine;
+        {
+            let mut g = this.lock(t);
+            t.time(machine, || g.state.begin_work());
+        }
         let _ = this
             .as_arc_borrow()
-            .drive(Actor::Work, &mut HostArgs::none());
-        if this.inner.lock().state.take_keep() {
+            .drive(Actor::Work, &mut HostArgs::none(t));
+        let keep = {
+            let mut g = this.lock(t);
+            t.time(machine, || g.state.take_keep())
+        };
+        if keep {
             // Nothing shows that the driver's teardown has returned from our callback: keep this
             // reference for good (the registration and the module stay until reboot) rather than
             // free them under it.
             core::mem::forget(this);
+        } else {
+            // `this` goes here, perhaps the last reference and the module's with it: the
+            // workqueue core runs next, and module exit's destroy_workqueue waits for this
+            // function to return (the spans' ends included).
+            t.time(timing::Step::RegCtxFree, || drop(this));
         }
-        // Otherwise `this` goes here, perhaps the last reference and the module's with it: the
-        // workqueue core runs next, and module exit's destroy_workqueue waits for this function
-        // to return.
     }
 }
 
 /// Refuse `call` on `range` for `cause`: count it, explain it (rate-limited), and give the host
 /// the errno back.
-fn refuse(link: &HostLink, call: &str, range: Option<GpuRange>, errno: i32, cause: Cause) -> Error {
-    stats::refuse(link.name(), call, range, errno, cause);
+fn refuse(
+    link: &HostLink,
+    call: &str,
+    range: Option<GpuRange>,
+    errno: i32,
+    cause: Cause,
+    t: Timing,
+) -> Error {
+    stats::refuse(link.name(), call, range, errno, cause, t);
     Error::from_errno(-errno)
 }
 
-fn refused(link: &HostLink, call: &str, range: GpuRange, r: Refusal) -> Error {
-    refuse(link, call, Some(range), r.errno, r.cause)
+fn refused(link: &HostLink, call: &str, range: GpuRange, r: Refusal, t: Timing) -> Error {
+    refuse(link, call, Some(range), r.errno, r.cause, t)
 }
 
-fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation) -> Error {
-    stats::violation(link.name(), call, range, v);
+fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation, t: Timing) -> Error {
+    stats::violation(link.name(), call, range, v, t);
     EINVAL
 }
 
@@ -425,78 +488,96 @@ fn host_call(
 ) -> Result {
     let link = ctx.link;
     let range = ctx.range();
-    let begun = ctx.inner.lock().state.begin(call, kapi::current_tgid());
-    begun.map_err(|v| violation(link, name, range, v))?;
+    let t = args.t;
+    let begun = {
+        let mut g = ctx.lock(t);
+        t.time(timing::Step::StateMachine, || {
+            g.state.begin(call, kapi::current_tgid())
+        })
+    };
+    begun.map_err(|v| violation(link, name, range, v, t))?;
     ctx.drive(Actor::Host, args)
-        .map_err(|r| refused(link, name, range, r))
+        .map_err(|r| refused(link, name, range, r, t))
 }
 
 impl PeerClient for RegCtx {
     /// acquire: is `[addr, addr + size)` GPU memory of the calling process? It pins it
     /// persistently to find out, and keeps that pin as the registration's. `None` means "not
     /// mine".
-    fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<RegCtx>> {
+    fn acquire(link: &'static HostLink, addr: u64, size: u64, t: Timing) -> Option<Arc<RegCtx>> {
         let Ok(range) = GpuRange::covering(addr, size) else {
-            refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange);
+            refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange, t);
             return None;
         };
         let no = |errno, cause| {
-            refuse(link, "acquire", Some(range), errno, cause);
+            refuse(link, "acquire", Some(range), errno, cause, t);
             None
         };
         if !link.ready() {
             return no(EINVAL_NR, Cause::NotReady);
         }
-        let Some(module) = ModuleRef::get() else {
+        let Some(module) = ModuleRef::get(t) else {
             return no(EINVAL_NR, Cause::Unloading);
         };
         // Under `N_PINS`: the driver may find a persistent pin by its address too (see the lock's
         // rules), so no pin of ours may take the address a stale unpin names.
         let pinned = {
-            let _n_pins = N_PINS.lock();
-            PersistentPin::get(range)
+            let _n_pins = lock_n_pins(t);
+            PersistentPin::get(range, t)
         };
         let p = match pinned {
             Ok(p) => p,
             Err(e) => return no(-e.to_errno(), Cause::of_persistent_pin_errno(-e.to_errno())),
         };
         if p.header().check(range.pages()).is_err() {
-            let _ = p.put(range);
+            let _ = p.put(range, t);
             return no(EINVAL_NR, Cause::UnknownLayout);
         }
-        let state = Registration::acquired(link.flavour(), range, kapi::current_tgid());
-        let ctx = Arc::pin_init(
-            pin_init!(RegCtx {
-                link,
-                range,
-                inner <- kernel::new_spinlock!(Inner {
-                    state,
-                    p: None,
-                    mapping: None,
-                    n: None,
-                    driver_ref: None,
-                    sg: None,
+        let state = t.time(timing::Step::StateMachine, || {
+            Registration::acquired(link.flavour(), range, kapi::current_tgid())
+        });
+        let ctx = t.time(timing::Step::RegCtxAlloc, || {
+            Arc::pin_init(
+                pin_init!(RegCtx {
+                    link,
+                    range,
+                    inner <- kernel::new_spinlock!(Inner {
+                        state,
+                        p: None,
+                        mapping: None,
+                        n: None,
+                        driver_ref: None,
+                        sg: None,
+                    }),
+                    work <- new_work!("RegCtx::work"),
+                    _module: module,
                 }),
-                work <- new_work!("RegCtx::work"),
-                _module: module,
-            }),
-            GFP_KERNEL,
-        );
+                GFP_KERNEL,
+            )
+        });
         let Ok(ctx) = ctx else {
-            let _ = p.put(range);
+            let _ = p.put(range, t);
             return no(ENOMEM_NR, Cause::OutOfMemory);
         };
         // Nobody else knows the registration yet.
-        ctx.inner.lock().p = Some(p);
-        stats::pinned(range.len());
-        stats::acquired();
+        ctx.lock(t).p = Some(p);
+        t.time(timing::Step::Stats, || {
+            stats::pinned(range.len());
+            stats::acquired();
+        });
         Some(ctx)
     }
 
     /// get_pages: pin the GPU pages of the registration (acquire did, for P).
-    fn get_pages(ctx: ArcBorrow<'_, RegCtx>, addr: u64, size: u64, core_context: u64) -> Result {
+    fn get_pages(
+        ctx: ArcBorrow<'_, RegCtx>,
+        addr: u64,
+        size: u64,
+        core_context: u64,
+        t: Timing,
+    ) -> Result {
         let range = GpuRange::covering(addr, size)
-            .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange))?;
+            .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange, t))?;
         host_call(
             ctx,
             "get_pages",
@@ -504,7 +585,7 @@ impl PeerClient for RegCtx {
                 range,
                 core_context,
             },
-            &mut HostArgs::none(),
+            &mut HostArgs::none(t),
         )
     }
 
@@ -516,6 +597,7 @@ impl PeerClient for RegCtx {
         ctx: ArcBorrow<'_, RegCtx>,
         host_sg: *mut bindings::sg_table,
         peer: Option<PeerDevice>,
+        t: Timing,
     ) -> Result<u32> {
         let range = ctx.range();
         if peer.is_none() {
@@ -525,35 +607,41 @@ impl PeerClient for RegCtx {
                 Some(range),
                 EINVAL_NR,
                 Cause::NotPciDevice,
+                t,
             ));
         }
         if host_sg.is_null() {
-            return Err(violation(ctx.link, "dma_map", range, Violation::OutOfOrder));
+            return Err(violation(
+                ctx.link,
+                "dma_map",
+                range,
+                Violation::OutOfOrder,
+                t,
+            ));
         }
-        let mut args = HostArgs { sg: host_sg, peer };
+        let mut args = HostArgs {
+            sg: host_sg,
+            peer,
+            t,
+        };
         host_call(ctx, "dma_map", HostCall::DmaMap, &mut args)?;
-        stats::mapped();
+        t.time(timing::Step::Stats, stats::mapped);
         Ok(range.pages())
     }
 
     /// dma_unmap: undo dma_map.
-    fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table) {
-        let published = ctx
-            .inner
-            .lock()
-            .sg
-            .as_ref()
-            .map(|sg| sg.published_in(host_sg));
+    fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table, t: Timing) {
+        let published = ctx.lock(t).sg.as_ref().map(|sg| sg.published_in(host_sg));
         if published == Some(false) {
-            let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder);
+            let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder, t);
             return;
         }
-        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none());
+        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none(t));
     }
 
     /// put_pages: unpin (what the calling task may).
-    fn put_pages(ctx: ArcBorrow<'_, RegCtx>) {
-        let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none());
+    fn put_pages(ctx: ArcBorrow<'_, RegCtx>, t: Timing) {
+        let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none(t));
     }
 
     /// get_page_size: GPU pages are 64 KiB.
@@ -562,28 +650,31 @@ impl PeerClient for RegCtx {
     }
 
     /// release: the host is done with the registration; its reference goes when this returns.
-    fn release(ctx: Arc<RegCtx>) {
+    fn release(ctx: Arc<RegCtx>, t: Timing) {
         let link = ctx.link;
         let range = ctx.range();
-        let begun = ctx
-            .inner
-            .lock()
-            .state
-            .begin(HostCall::Release, kapi::current_tgid());
+        let begun = {
+            let mut g = ctx.lock(t);
+            t.time(timing::Step::StateMachine, || {
+                g.state.begin(HostCall::Release, kapi::current_tgid())
+            })
+        };
         if let Err(v) = begun {
             // A call of the host is still in flight for this registration: dropping the host's
             // reference could free it under that call. Keep it (a leak) and say so.
-            let _ = violation(link, "release", range, v);
+            let _ = violation(link, "release", range, v, t);
             core::mem::forget(ctx);
             return;
         }
         let _ = ctx
             .as_arc_borrow()
-            .drive(Actor::Host, &mut HostArgs::none());
+            .drive(Actor::Host, &mut HostArgs::none(t));
         // The host no longer reads the SG entries.
-        let sg = ctx.inner.lock().sg.take();
-        drop(sg);
-        stats::released();
+        let sg = ctx.lock(t).sg.take();
+        t.time(timing::Step::SgFree, || drop(sg));
+        t.time(timing::Step::Stats, stats::released);
+        // The host's reference: the last one unless the driver or the work item holds another.
+        t.time(timing::Step::RegCtxFree, || drop(ctx));
     }
 }
 
@@ -592,12 +683,16 @@ impl nvidia::FreeCallback for RegCtx {
     /// unregistration from the P2P object). The driver holds its RM API lock; `driver_ref`, then
     /// the work item it is handed to, keeps this registration alive until the callback has
     /// returned (see `Op::PinN`).
-    fn free_callback(ctx: ArcBorrow<'_, Self>) {
-        if !ctx.inner.lock().state.begin_callback() {
+    fn free_callback(ctx: ArcBorrow<'_, Self>, t: Timing) {
+        let begun = {
+            let mut g = ctx.lock(t);
+            t.time(timing::Step::StateMachine, || g.state.begin_callback())
+        };
+        if !begun {
             return;
         }
         // Makes the NIC stop using the memory (through the host) if it may; never waits, and never
         // calls into the driver, which is locked by this very task.
-        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none());
+        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t));
     }
 }

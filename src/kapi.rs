@@ -28,10 +28,10 @@
 //! | is module X loaded | [`module_present`] (`kset_find_obj` on `module_kset`) | no API |
 //! | work queue | [`WorkQueue`] (shim `alloc_workqueue`, `destroy_workqueue`), [`work_queue`] | `alloc_workqueue` is a variadic function on 6.12, a macro (`alloc_workqueue_noprof`) on 7.3 |
 //! | module-wide mutexes | [`StaticMutex`] on the shim's `DEFINE_MUTEX`es | no `kernel::sync::global_lock` on 6.12 |
-//! | time, sleeping | [`monotonic_ms`] (`ktime_get`), [`sleep_ms`] (shim `fsleep`) | no `kernel::time::{Instant, Delta}` or `time::delay` on 6.12 |
+//! | time, sleeping | [`monotonic_ms`], [`monotonic_ns`] (`ktime_get`), [`sleep_ms`] (shim `fsleep`) | no `kernel::time::{Instant, Delta}` or `time::delay` on 6.12 |
 //! | current's tgid, pid | [`current_tgid`] (`get_current()->tgid`), [`current_pid`] (`current!().pid()`) | `Task::tgid` is 7.3's (not on 7.2) |
 //! | PCI device references | [`PciDev`] (shim `dev_is_pci` + `pci_dev_get`, `pci_dev_put`) | not in 6.12's bindings; `dev_is_pci` is a macro |
-//! | debugfs | [`DebugfsDir`] with a [`SeqShow`] file (shim `DEFINE_SHOW_ATTRIBUTE`) | no `kernel::debugfs` on 6.12 |
+//! | debugfs | [`DebugfsDir`] with [`SeqFile`] files (shim `DEFINE_SHOW_ATTRIBUTE`, `DEFINE_SHOW_STORE_ATTRIBUTE`) | no `kernel::debugfs` on 6.12 |
 //! | errno without a kernel-crate constant | [`eopnotsupp`] | 6.12 has no `EOPNOTSUPP` |
 //!
 //! The `module!` invocation itself (crate root) uses only the keys every release accepts (`type`,
@@ -344,6 +344,16 @@ pub(crate) fn monotonic_ms() -> u64 {
     u64::try_from(ns).unwrap_or(0) / 1_000_000
 }
 
+/// Nanoseconds of the monotonic clock (`ktime_get`, CLOCK_MONOTONIC: what `ktime_get_ns`, a
+/// static inline, returns), for the time accounting (`crate::timing`).
+pub(crate) fn monotonic_ns() -> u64 {
+    // SAFETY: `ktime_get` may be called from any context but NMI (kernel/time/timekeeping.c warns
+    // only when timekeeping is suspended), with or without locks held; our callers are tasks, in
+    // callbacks, our work item or a debugfs read, some holding a spinlock.
+    let ns = unsafe { bindings::ktime_get() };
+    u64::try_from(ns).unwrap_or(0)
+}
+
 /// Sleeps for about `ms` milliseconds. Process context only.
 pub(crate) fn sleep_ms(ms: u32) {
     // SAFETY: `fsleep` of a millisecond or more sleeps (usleep_range, or msleep from 20 ms:
@@ -417,17 +427,23 @@ impl Drop for PciDev {
 
 // --- debugfs -------------------------------------------------------------------------------------
 
-/// What a read-only debugfs file shows: called for each read from the start of the file, it
-/// writes the whole text. It must not panic (it runs under a C caller).
-pub(crate) struct SeqShow(pub(crate) fn(&mut dyn fmt::Write) -> fmt::Result);
+/// A debugfs file: what it shows, and what writing to it does. Neither function may panic (they
+/// run under a C caller).
+pub(crate) struct SeqFile {
+    /// Called for each read from the start of the file: writes the whole text.
+    pub(crate) show: fn(&mut dyn fmt::Write) -> fmt::Result,
+    /// Called for each write (whatever is written); `None`: the file is read-only (0444),
+    /// otherwise it is writable by root (0644).
+    pub(crate) write: Option<fn()>,
+}
 
-/// A debugfs directory with one read-only file; both removed on drop.
+/// A debugfs directory with its files; all removed on drop.
 ///
 /// # Invariants
 ///
-/// `0` is what `peermem_debugfs_create` returned: a directory or an `ERR_PTR` (without
+/// `0` is what `peermem_debugfs_create_dir` returned: a directory or an `ERR_PTR` (without
 /// CONFIG_DEBUG_FS, `debugfs_create_dir` returns `ERR_PTR(-ENODEV)`), both of which
-/// `debugfs_remove` accepts.
+/// `debugfs_remove` (and `debugfs_create_file`) accept.
 pub(crate) struct DebugfsDir(*mut c_void);
 
 // SAFETY: a debugfs entry may be removed from any task.
@@ -436,15 +452,25 @@ unsafe impl Send for DebugfsDir {}
 unsafe impl Sync for DebugfsDir {}
 
 impl DebugfsDir {
-    /// /sys/kernel/debug/`dir`/`file`, showing `show`'s text. Failing is not an error: debugfs
-    /// is optional, and the module works without it.
-    pub(crate) fn new(dir: &CStr, file: &CStr, show: &'static SeqShow) -> Self {
-        let data: *const SeqShow = show;
-        // SAFETY: both names are C strings (debugfs copies them); `data` is `'static`, so it
-        // outlives the file, which reads it until `debugfs_remove` (in drop) has returned.
-        let d = unsafe {
-            sys::peermem_debugfs_create(as_char_ptr(dir), as_char_ptr(file), data.cast())
-        };
+    /// /sys/kernel/debug/`dir`/, with a file per `(name, file)` in `files`. Failing is not an
+    /// error: debugfs is optional, and the module works without it.
+    pub(crate) fn new(dir: &CStr, files: &[(&CStr, &'static SeqFile)]) -> Self {
+        // SAFETY: `dir` is a C string (debugfs copies it).
+        let d = unsafe { sys::peermem_debugfs_create_dir(as_char_ptr(dir)) };
+        for (name, file) in files {
+            let data: *const SeqFile = *file;
+            // SAFETY: `d` is the directory just made, or an `ERR_PTR` (then no file is made);
+            // `name` is a C string (debugfs copies it); `data` is `'static`, so it outlives the
+            // file, which reads it until `debugfs_remove` (in drop) has returned.
+            unsafe {
+                sys::peermem_debugfs_create_file(
+                    d,
+                    as_char_ptr(name),
+                    data.cast(),
+                    file.write.is_some(),
+                )
+            };
+        }
         // INVARIANT: as returned.
         Self(d)
     }
@@ -452,11 +478,12 @@ impl DebugfsDir {
 
 impl Drop for DebugfsDir {
     fn drop(&mut self) {
-        // SAFETY: by the type invariant. `debugfs_remove` waits for readers of the file that are
-        // inside its file operations (fs/debugfs/inode.c: `__debugfs_file_removed`), and a file
-        // still open holds a module reference (debugfs's proxy open takes `fops_get` of our
-        // `.owner = THIS_MODULE` fops), so module exit, and this drop, cannot run while one is
-        // open: unloading is refused until it is closed.
+        // SAFETY: by the type invariant. `debugfs_remove` removes the directory with its files and
+        // waits for readers and writers of them that are inside their file operations
+        // (fs/debugfs/inode.c: `__debugfs_file_removed`), and a file still open holds a module
+        // reference (debugfs's proxy open takes `fops_get` of our `.owner = THIS_MODULE` fops), so
+        // module exit, and this drop, cannot run while one is open: unloading is refused until it
+        // is closed.
         unsafe { sys::peermem_debugfs_remove(self.0) };
     }
 }
@@ -478,22 +505,44 @@ impl fmt::Write for SeqWriter {
     }
 }
 
-/// The show callback of every [`DebugfsDir`] file (`peermem_show` in the shim calls it).
+/// The show callback of every [`DebugfsDir`] file (`peermem_show` and `peermem_rw_show` in the
+/// shim call it).
 ///
 /// # Safety
 ///
-/// Called by the shim's `peermem_show` (`single_open`'s show callback) with the seq_file of the
-/// read and `m->private`: the `i_private` [`DebugfsDir::new`] gave, a `&'static SeqShow`.
+/// Called by the shim's `peermem_show` or `peermem_rw_show` (`single_open`'s show callback) with
+/// the seq_file of the read and `m->private`: the `i_private` [`DebugfsDir::new`] gave, a
+/// `&'static SeqFile`.
 #[no_mangle]
 pub(crate) unsafe extern "C" fn peermem_seq_show(
     m: *mut bindings::seq_file,
     data: *const c_void,
 ) -> c_int {
-    // SAFETY: the function's contract: `data` is null or a `&'static SeqShow`.
-    let Some(show) = (unsafe { data.cast::<SeqShow>().as_ref() }) else {
+    // SAFETY: the function's contract: `data` is null or a `&'static SeqFile`.
+    let Some(file) = (unsafe { data.cast::<SeqFile>().as_ref() }) else {
         return 0;
     };
     // An overflow stops the text early; seq_read sees it and calls again with a larger buffer.
-    let _ = (show.0)(&mut SeqWriter(m));
+    let _ = (file.show)(&mut SeqWriter(m));
     0
+}
+
+/// The write callback of the writable [`DebugfsDir`] files (`peermem_rw_write` in the shim calls
+/// it): runs the file's `write`. Returns 0, or `-EINVAL` for a file without one.
+///
+/// # Safety
+///
+/// Called by the shim's `peermem_rw_write` with the seq_file's `private`: the `i_private`
+/// [`DebugfsDir::new`] gave, a `&'static SeqFile`.
+#[no_mangle]
+pub(crate) unsafe extern "C" fn peermem_seq_write(data: *const c_void) -> c_int {
+    // SAFETY: the function's contract: `data` is null or a `&'static SeqFile`.
+    let write = unsafe { data.cast::<SeqFile>().as_ref() }.and_then(|file| file.write);
+    match write {
+        Some(write) => {
+            write();
+            0
+        }
+        None => EINVAL.to_errno(),
+    }
 }

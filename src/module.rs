@@ -6,11 +6,11 @@
 use kernel::prelude::*;
 
 use crate::client::RegCtx;
-use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqShow, WorkQueue};
+use crate::kapi::{self, cstr_str, CStr, DebugfsDir, SeqFile, WorkQueue};
 use crate::peer_mem::{
     self, ClientRegistration, HostLink, RegisterError, INVALIDATING, PERSISTENT,
 };
-use crate::{stats, sys};
+use crate::{stats, sys, timing};
 
 /// The registered clients: the invalidating one (if any) and the persistent one.
 struct Clients {
@@ -68,8 +68,11 @@ pub(crate) struct PeerMemRs {
 }
 
 /// /sys/kernel/debug/<module>/stats: the counters, one `key value` per line, and an empty line
-/// last, as the file had when kernel::debugfs wrote it (`writeln!` of the value).
-static STATS_TEXT: SeqShow = SeqShow(|w| writeln!(w, "{}", stats::snapshot()));
+/// last, as the file had when kernel::debugfs wrote it (`writeln!` of the value). Read-only.
+static STATS_FILE: SeqFile = SeqFile {
+    show: |w| writeln!(w, "{}", stats::snapshot()),
+    write: None,
+};
 
 /// The parameters, checked. Meanings as in nvidia-peermem.
 struct Params {
@@ -201,8 +204,12 @@ impl kernel::Module for PeerMemRs {
         refuse_beside_other_client()?;
         let queue = WorkQueue::new(c"peermem_rs")?;
         let clients = register_clients()?;
-        // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats.
-        let debugfs = DebugfsDir::new(module_name(), c"stats", &STATS_TEXT);
+        // Named after the module, like its log lines: /sys/kernel/debug/<module>/stats, and the
+        // time accounting's counters next to it (`time`).
+        let debugfs = DebugfsDir::new(
+            module_name(),
+            &[(c"stats", &STATS_FILE), (c"time", &timing::FILE)],
+        );
         // Nothing fails after this point: registrations may begin.
         peer_mem::accept_registrations();
         Ok(Self {

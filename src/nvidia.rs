@@ -34,6 +34,7 @@ use crate::kapi;
 use crate::logic::range::GpuRange;
 use crate::logic::tables::{DmaMappingHeader, PageTableHeader};
 use crate::sys;
+use crate::timing::{Entry, Step, Timing};
 
 /// What runs when the driver calls back for a pin of [`get_pages`]: the memory is going away
 /// (cudaFree, process exit, unregistration from the P2P object). The client implements it, in
@@ -41,8 +42,8 @@ use crate::sys;
 pub(crate) trait FreeCallback: Send + Sync + Sized {
     /// The driver calls back for `this`'s pin: at most once per pin, in process context, with its
     /// RM API lock held, so this must not call into the driver (locked by this very task). It
-    /// must not panic (its caller is C).
-    fn free_callback(this: ArcBorrow<'_, Self>);
+    /// must not panic (its caller is C). `t` times its steps (`crate::timing`).
+    fn free_callback(this: ArcBorrow<'_, Self>, t: Timing);
 }
 
 fn check(rc: i32) -> Result {
@@ -79,26 +80,30 @@ unsafe impl Send for PersistentPin {}
 
 impl PersistentPin {
     /// Pins `range` of the calling process's GPU memory, with no free callback.
-    pub(crate) fn get(range: GpuRange) -> Result<Self> {
+    pub(crate) fn get(range: GpuRange, t: Timing) -> Result<Self> {
         let table = pin_with(|out| {
             #[cfg(peermem_persistent_api)]
             let rc = {
+                let _call = t.span(Step::NvGetPagesPersistent);
                 // SAFETY: `out` is valid for the call; flags 0 is the default on every driver.
                 unsafe { sys::nvidia_p2p_get_pages_persistent(range.start(), range.len(), out, 0) }
             };
             // Before 535 a pin with no callback is persistent: the driver never calls back.
             #[cfg(not(peermem_persistent_api))]
-            // SAFETY: `out` is valid for the call; no callback, so no `data` to keep alive.
-            let rc = unsafe {
-                sys::nvidia_p2p_get_pages(
-                    0,
-                    0,
-                    range.start(),
-                    range.len(),
-                    out,
-                    None,
-                    core::ptr::null_mut(),
-                )
+            let rc = {
+                let _call = t.span(Step::NvGetPages);
+                // SAFETY: `out` is valid for the call; no callback, so no `data` to keep alive.
+                unsafe {
+                    sys::nvidia_p2p_get_pages(
+                        0,
+                        0,
+                        range.start(),
+                        range.len(),
+                        out,
+                        None,
+                        core::ptr::null_mut(),
+                    )
+                }
             };
             rc
         })?;
@@ -108,16 +113,22 @@ impl PersistentPin {
 
     /// Gives the pin back. Works from any task. On an error the driver keeps the pin (it never
     /// calls back for it), and this value is gone either way.
-    pub(crate) fn put(self, range: GpuRange) -> Result {
+    pub(crate) fn put(self, range: GpuRange, t: Timing) -> Result {
         let table = self.0.as_ptr();
         #[cfg(peermem_persistent_api)]
-        // SAFETY: by the type invariant the table is alive and ours to give back; it is not used
-        // again (`self` is consumed).
-        let rc = unsafe { sys::nvidia_p2p_put_pages_persistent(range.start(), table, 0) };
+        let rc = {
+            let _call = t.span(Step::NvPutPagesPersistent);
+            // SAFETY: by the type invariant the table is alive and ours to give back; it is not
+            // used again (`self` is consumed).
+            unsafe { sys::nvidia_p2p_put_pages_persistent(range.start(), table, 0) }
+        };
         #[cfg(not(peermem_persistent_api))]
-        // SAFETY: as above; before 535 a pin with no callback is persistent, and the driver finds
-        // it through the table, from any task.
-        let rc = unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), table) };
+        let rc = {
+            let _call = t.span(Step::NvPutPages);
+            // SAFETY: as above; before 535 a pin with no callback is persistent, and the driver
+            // finds it through the table, from any task.
+            unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), table) }
+        };
         check(rc)
     }
 
@@ -148,12 +159,14 @@ impl PersistentPin {
     }
 
     /// Maps the pinned pages for DMA by `peer`.
-    pub(crate) fn dma_map(&self, peer: &PeerDevice) -> Result<DmaMapping> {
+    pub(crate) fn dma_map(&self, peer: &PeerDevice, t: Timing) -> Result<DmaMapping> {
         let mut mapping: *mut sys::nvidia_p2p_dma_mapping = core::ptr::null_mut();
-        // SAFETY: `peer` is a live PCI device (its invariant); the table is alive and will not be
-        // torn down under the call (this type's invariant); the out-pointer is valid.
-        let rc =
-            unsafe { sys::nvidia_p2p_dma_map_pages(peer.as_ptr(), self.0.as_ptr(), &mut mapping) };
+        let rc = {
+            let _call = t.span(Step::NvDmaMapPages);
+            // SAFETY: `peer` is a live PCI device (its invariant); the table is alive and will not
+            // be torn down under the call (this type's invariant); the out-pointer is valid.
+            unsafe { sys::nvidia_p2p_dma_map_pages(peer.as_ptr(), self.0.as_ptr(), &mut mapping) }
+        };
         check(rc)?;
         let mapping = NonNull::new(mapping).ok_or(EIO)?;
         // INVARIANT: a mapping of this persistent table, handed out just now.
@@ -161,7 +174,8 @@ impl PersistentPin {
     }
 
     /// Unmaps `mapping` (made by [`PersistentPin::dma_map`] on this pin for `peer`).
-    pub(crate) fn dma_unmap(&self, peer: &PeerDevice, mapping: DmaMapping) {
+    pub(crate) fn dma_unmap(&self, peer: &PeerDevice, mapping: DmaMapping, t: Timing) {
+        let _call = t.span(Step::NvDmaUnmapPages);
         // SAFETY: the table and the mapping are alive (type invariants) and the mapping was made
         // for `peer`; the driver takes only the semaphore inside the pin, no driver lock, so this
         // is allowed from any context that may sleep, the free callback included. It always
@@ -232,9 +246,11 @@ unsafe impl Send for PinKey {}
 pub(crate) unsafe fn get_pages<T: FreeCallback>(
     range: GpuRange,
     data: *mut c_void,
+    t: Timing,
 ) -> Result<PinKey> {
     let callback = free_callback::<T>;
     let table = pin_with(|out| {
+        let _call = t.span(Step::NvGetPages);
         // SAFETY: `out` is valid for the call; `data` is what `callback` expects, kept alive for
         // it as the caller's contract says.
         unsafe {
@@ -254,12 +270,14 @@ pub(crate) unsafe fn get_pages<T: FreeCallback>(
 /// with the `data` given to [`get_pages`]: the pointer of a [`ForeignRef<T>`] whose `T` stays
 /// alive until this function has returned (`get_pages`'s contract).
 unsafe extern "C" fn free_callback<T: FreeCallback>(data: *mut c_void) {
+    let t = Timing::begin(Entry::FreeCallback);
+    let _total = t.span(Step::Total);
     // SAFETY: the function's contract: `data` is a `ForeignRef<T>`'s pointer, and its `T` outlives
     // this borrow.
     let Some(this) = (unsafe { ForeignRef::<T>::borrow(data) }) else {
         return;
     };
-    T::free_callback(this);
+    T::free_callback(this, t);
 }
 
 /// `nvidia_p2p_put_pages` of a non-persistent pin. The driver looks `key` up among the pins of the
@@ -269,7 +287,8 @@ unsafe extern "C" fn free_callback<T: FreeCallback>(data: *mut c_void) {
 /// one it already tore down, or any key from a task with no pins (a kworker). Only from the pinning
 /// process, with no teardown of the pin having started, does 0 mean "unpinned, no callback will
 /// come".
-pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
+pub(crate) fn put_pages(range: GpuRange, key: PinKey, t: Timing) -> Result {
+    let _call = t.span(Step::NvPutPages);
     // SAFETY: what the driver does with `key`, and what makes it ours:
     // - it uses `key` only to look up among the pins of the caller's P2P objects, and dereferences
     //   it only when found there, a live pin [NV-PUT-PAGES-LOOKUP, NV-PUT-PAGES-NO-READ];
@@ -304,7 +323,8 @@ pub(crate) fn put_pages(range: GpuRange, key: PinKey) -> Result {
 /// 535's, looks the key up first); peermem-rs refuses its invalidating flavour, the only user, in
 /// the others.
 #[cfg(peermem_persistent_api)]
-pub(crate) fn wait_for_teardowns() -> Result {
+pub(crate) fn wait_for_teardowns(t: Timing) -> Result {
+    let _call = t.span(Step::NvPutPagesBarrier);
     // A key that is no pin's: the address of this static, which is never a table the driver made.
     static NO_PIN: u8 = 0;
     let key = core::ptr::addr_of!(NO_PIN)
@@ -323,7 +343,7 @@ pub(crate) fn wait_for_teardowns() -> Result {
 /// Without the persistent API the invalidating flavour is refused at load (see above), so nothing
 /// waits for teardowns; should it be called, it fails and its caller waits and asks again.
 #[cfg(not(peermem_persistent_api))]
-pub(crate) fn wait_for_teardowns() -> Result {
+pub(crate) fn wait_for_teardowns(_t: Timing) -> Result {
     Err(kapi::eopnotsupp())
 }
 

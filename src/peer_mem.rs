@@ -5,7 +5,9 @@
 //!
 //! Each callback converts the host's raw arguments, calls the client's safe implementation (the
 //! [`PeerClient`] trait, which `client.rs` implements) and turns the result into what the ABI
-//! wants. None of them can panic, and every error goes back as an errno or "not mine".
+//! wants. None of them can panic, and every error goes back as an errno or "not mine". Each reads
+//! the time accounting's switch once and times itself whole (`crate::timing`, step `total`),
+//! handing the [`Timing`] down to the client.
 
 use core::ffi::c_void;
 
@@ -26,18 +28,26 @@ use crate::foreign::ForeignRef;
 use crate::logic::registration::Flavour;
 use crate::nvidia::PeerDevice;
 use crate::sys;
+use crate::timing::{Entry, Step, Timing};
 
 /// What the host's callbacks do, in safe Rust: implemented by the client for its registration, one
 /// `Arc`-counted value per registration, which the host holds as its `client_context` from acquire
 /// to release. [`Callbacks`] makes each method the `extern "C"` callback the host calls. None of
-/// them may panic (their caller is C).
+/// them may panic (their caller is C). Each gets the [`Timing`] of its callback, to time its steps
+/// with.
 pub(crate) trait PeerClient: Send + Sync + Sized {
     /// acquire: is `[addr, addr + size)` memory of this client, for the calling process? `None`
     /// means "not mine".
-    fn acquire(link: &'static HostLink, addr: u64, size: u64) -> Option<Arc<Self>>;
+    fn acquire(link: &'static HostLink, addr: u64, size: u64, t: Timing) -> Option<Arc<Self>>;
 
     /// get_pages: pin the pages of the registration.
-    fn get_pages(ctx: ArcBorrow<'_, Self>, addr: u64, size: u64, core_context: u64) -> Result;
+    fn get_pages(
+        ctx: ArcBorrow<'_, Self>,
+        addr: u64,
+        size: u64,
+        core_context: u64,
+        t: Timing,
+    ) -> Result;
 
     /// dma_map: map the pages for the NIC and describe them in the host's SG table `host_sg`.
     /// Returns the number of SG entries. `peer` is the NIC (`None`: not a PCI device).
@@ -45,19 +55,20 @@ pub(crate) trait PeerClient: Send + Sync + Sized {
         ctx: ArcBorrow<'_, Self>,
         host_sg: *mut bindings::sg_table,
         peer: Option<PeerDevice>,
+        t: Timing,
     ) -> Result<u32>;
 
     /// dma_unmap: undo dma_map.
-    fn dma_unmap(ctx: ArcBorrow<'_, Self>, host_sg: *const bindings::sg_table);
+    fn dma_unmap(ctx: ArcBorrow<'_, Self>, host_sg: *const bindings::sg_table, t: Timing);
 
     /// put_pages: undo get_pages.
-    fn put_pages(ctx: ArcBorrow<'_, Self>);
+    fn put_pages(ctx: ArcBorrow<'_, Self>, t: Timing);
 
     /// get_page_size: the page size of the client's memory.
     fn page_size() -> u64;
 
     /// release: the host is done with the registration; its reference goes when this returns.
-    fn release(ctx: Arc<Self>);
+    fn release(ctx: Arc<Self>, t: Timing);
 }
 
 /// What a registration needs to know about the client it belongs to: its name, its flavour, and
@@ -309,10 +320,12 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
         _peer_mem_name: *mut c_char,
         client_context: *mut *mut c_void,
     ) -> c_int {
+        let t = Timing::begin(Entry::Acquire);
+        let _total = t.span(Step::Total);
         if client_context.is_null() {
             return 0;
         }
-        match C::acquire(F::link(), addr as u64, size as u64) {
+        match C::acquire(F::link(), addr as u64, size as u64, t) {
             Some(ctx) => {
                 // SAFETY: `client_context` is a valid out-pointer (checked non-null above).
                 unsafe { *client_context = ForeignRef::give(ctx).into_ptr() };
@@ -334,11 +347,13 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
         client_context: *mut c_void,
         core_context: u64,
     ) -> c_int {
+        let t = Timing::begin(Entry::GetPages);
+        let _total = t.span(Step::Total);
         // SAFETY: the host's contract, see above.
         let Some(ctx) = (unsafe { borrow(client_context) }) else {
             return EINVAL.to_errno();
         };
-        match C::get_pages(ctx, addr as u64, size as u64, core_context) {
+        match C::get_pages(ctx, addr as u64, size as u64, core_context, t) {
             Ok(()) => 0,
             Err(e) => e.to_errno(),
         }
@@ -355,6 +370,8 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
         _dmasync: c_int,
         nmap: *mut c_int,
     ) -> c_int {
+        let t = Timing::begin(Entry::DmaMap);
+        let _total = t.span(Step::Total);
         // SAFETY: the host's contract, see above.
         let Some(ctx) = (unsafe { borrow(client_context) }) else {
             return EINVAL.to_errno();
@@ -364,7 +381,7 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
         }
         // SAFETY: `dma_device` is null or live (host's contract).
         let peer = unsafe { PeerDevice::from_device(dma_device) };
-        match C::dma_map(ctx, sg_head, peer) {
+        match C::dma_map(ctx, sg_head, peer, t) {
             Ok(n) => {
                 // SAFETY: checked non-null; the host's out-pointer.
                 unsafe { *nmap = n as c_int };
@@ -382,9 +399,11 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
         client_context: *mut c_void,
         _dma_device: *mut bindings::device,
     ) -> c_int {
+        let t = Timing::begin(Entry::DmaUnmap);
+        let _total = t.span(Step::Total);
         // SAFETY: the host's contract, see above.
         if let Some(ctx) = unsafe { borrow(client_context) } {
-            C::dma_unmap(ctx, sg_head);
+            C::dma_unmap(ctx, sg_head, t);
         }
         0
     }
@@ -393,9 +412,11 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
     ///
     /// As for `dma_map`.
     unsafe extern "C" fn put_pages(_sg_head: *mut bindings::sg_table, client_context: *mut c_void) {
+        let t = Timing::begin(Entry::PutPages);
+        let _total = t.span(Step::Total);
         // SAFETY: the host's contract, see above.
         if let Some(ctx) = unsafe { borrow(client_context) } {
-            C::put_pages(ctx);
+            C::put_pages(ctx, t);
         }
     }
 
@@ -410,11 +431,16 @@ impl<C: PeerClient, F: LinkOf> Callbacks<C, F> {
     ///
     /// `client_context` is what our acquire returned; the host gives up its reference here.
     unsafe extern "C" fn release(client_context: *mut c_void) {
+        // The registration, and the module reference it holds, may go inside `C::release`; this
+        // span's end still runs in this callback, which the host's unregistration (and so module
+        // exit) waits for.
+        let t = Timing::begin(Entry::Release);
+        let _total = t.span(Step::Total);
         // SAFETY: the host's contract: what our acquire returned, given back once, here.
         let Some(r) = (unsafe { ForeignRef::from_ptr(client_context) }) else {
             return;
         };
         // SAFETY: as above; the host makes no other call for this registration from now on.
-        C::release(unsafe { r.take_back() });
+        C::release(unsafe { r.take_back() }, t);
     }
 }

@@ -19,6 +19,7 @@ mod peer_mem;
 mod sg;
 mod stats;
 mod sys;
+mod timing;
 
 // A plain identifier for `module!`'s `type` (6.12's takes no path).
 use module::PeerMemRs;

@@ -16,6 +16,7 @@ use crate::logic::range::GpuRange;
 use crate::logic::ratelimit::{RateLimit, Verdict};
 use crate::logic::registration::{Actor, Event, Violation};
 use crate::logic::stats::Snapshot;
+use crate::timing::{Step, Timing};
 
 /// One global counter.
 struct Counter(AtomicU64);
@@ -104,36 +105,52 @@ pub(crate) fn snapshot() -> Snapshot {
 static LOG_LIMIT: StaticMutex<RateLimit> =
     unsafe { StaticMutex::new(SharedMutex::Log, RateLimit::new(5000, 10)) };
 
-/// Counts a refusal and explains it in the kernel log (rate limited).
-pub(crate) fn refuse(client: &CStr, call: &str, range: Option<GpuRange>, errno: i32, cause: Cause) {
+/// Counts a refusal and explains it in the kernel log (rate limited). `t` times it (`stats`, and
+/// the explanation `log`).
+pub(crate) fn refuse(
+    client: &CStr,
+    call: &str,
+    range: Option<GpuRange>,
+    errno: i32,
+    cause: Cause,
+    t: Timing,
+) {
+    let _stats = t.span(Step::Stats);
     ERRORS[cause.index()].add(1);
     let pid = kapi::current_pid();
     let client = cstr_str(client);
     match range {
-        Some(r) => say(format_args!(
-            "{}: {} of GPU VA {:#x}+{:#x} (pid {}) refused, errno -{}: {}\n",
-            client,
-            call,
-            r.start(),
-            r.len(),
-            pid,
-            errno,
-            cause.explain()
-        )),
-        None => say(format_args!(
-            "{}: {} (pid {}) refused, errno -{}: {}\n",
-            client,
-            call,
-            pid,
-            errno,
-            cause.explain()
-        )),
+        Some(r) => say(
+            t,
+            format_args!(
+                "{}: {} of GPU VA {:#x}+{:#x} (pid {}) refused, errno -{}: {}\n",
+                client,
+                call,
+                r.start(),
+                r.len(),
+                pid,
+                errno,
+                cause.explain()
+            ),
+        ),
+        None => say(
+            t,
+            format_args!(
+                "{}: {} (pid {}) refused, errno -{}: {}\n",
+                client,
+                call,
+                pid,
+                errno,
+                cause.explain()
+            ),
+        ),
     }
 }
 
 /// Counts (and, where an operator needs to know, explains) what happened to a registration of
-/// `range` of `client`; `actor` is who noticed it.
-pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) {
+/// `range` of `client`; `actor` is who noticed it. `t` times it (`stats`, and an explanation `log`).
+pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, t: Timing) {
+    let _stats = t.span(Step::Stats);
     let client = cstr_str(client);
     match event {
         Event::Unpinned => {
@@ -147,7 +164,7 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
         Event::LateCallback => LATE_CALLBACKS.add(1),
         Event::UnpinNForeign => {
             FOREIGN_UNPINS.add(1);
-            say(format_args!(
+            say(t, format_args!(
                 "{}: GPU VA {:#x}+{:#x} was deregistered by pid {}, not by the process that \
                  registered it; the NVIDIA driver unpins a pin only for that process, so this one \
                  stays pinned (and peermem-rs loaded) until that process frees the memory or exits\n",
@@ -165,7 +182,9 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
             } else {
                 "could not have it checked (the driver failed)"
             };
-            say(format_args!(
+            say(
+                t,
+                format_args!(
                 "{}: GPU VA {:#x}+{:#x}: pid {} {} (errno -{}), so its unpin would prove nothing: \
                  the pin is left to the driver, and the registration stays (and peermem-rs \
                  loaded) until the driver calls it back when the memory is freed\n",
@@ -175,26 +194,30 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
                 kapi::current_pid(),
                 why,
                 errno
-            ));
+            ),
+            );
         }
         Event::UnpinPFailed(errno) | Event::UnpinNFailed(errno) => {
             UNPIN_FAILURES.add(1);
-            say(format_args!(
-                "{}: the NVIDIA driver refused to unpin GPU VA {:#x}+{:#x} (errno -{}); {}\n",
-                client,
-                range.start(),
-                range.len(),
-                errno,
-                if matches!(event, Event::UnpinNFailed(_)) {
-                    "the registration stays until the driver calls it back (cudaFree or exit)"
-                } else {
-                    "the driver keeps the pin"
-                }
-            ));
+            say(
+                t,
+                format_args!(
+                    "{}: the NVIDIA driver refused to unpin GPU VA {:#x}+{:#x} (errno -{}); {}\n",
+                    client,
+                    range.start(),
+                    range.len(),
+                    errno,
+                    if matches!(event, Event::UnpinNFailed(_)) {
+                        "the registration stays until the driver calls it back (cudaFree or exit)"
+                    } else {
+                        "the driver keeps the pin"
+                    }
+                ),
+            );
         }
         Event::BarrierFailed(errno) => {
             KEPT_REGISTRATIONS.add(1);
-            say(format_args!(
+            say(t, format_args!(
                 "{}: the NVIDIA driver failed {} times (last errno -{}) to show that its teardown of \
                  GPU VA {:#x}+{:#x} has returned from peermem-rs's callback; the registration is \
                  kept, and peermem-rs stays loaded until reboot, rather than freed under it\n",
@@ -207,21 +230,26 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event) 
         }
         Event::ReleasedWithoutPutPages => {
             ERRORS[Cause::HostProtocol.index()].add(1);
-            say(format_args!(
+            say(
+                t,
+                format_args!(
                 "{}: the peer-memory host released GPU VA {:#x}+{:#x} without put_pages (a host \
                  bug); unpinning it\n",
                 client,
                 range.start(),
                 range.len()
-            ));
+            ),
+            );
         }
     }
 }
 
-/// A host call that broke the protocol: counted as a host_protocol refusal and explained.
-pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation) {
+/// A host call that broke the protocol: counted as a host_protocol refusal and explained. `t`
+/// times it (`stats`, and the explanation `log`).
+pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation, t: Timing) {
+    let _stats = t.span(Step::Stats);
     ERRORS[Cause::HostProtocol.index()].add(1);
-    say(format_args!(
+    say(t, format_args!(
         "{}: {} of GPU VA {:#x}+{:#x} refused, errno -22: the peer-memory host broke the protocol: {}\n",
         cstr_str(client),
         call,
@@ -231,8 +259,9 @@ pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation
     ));
 }
 
-/// One rate-limited warning.
-fn say(args: core::fmt::Arguments<'_>) {
+/// One rate-limited warning, timed by `t` (`log`).
+fn say(t: Timing, args: core::fmt::Arguments<'_>) {
+    let _log = t.span(Step::Log);
     let verdict = LOG_LIMIT.lock().check(kapi::monotonic_ms());
     let Verdict::Print { suppressed } = verdict else {
         return;

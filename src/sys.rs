@@ -36,9 +36,9 @@ pub(crate) use generated::{
 #[cfg(peermem_persistent_api)]
 pub(crate) use generated::{nvidia_p2p_get_pages_persistent, nvidia_p2p_put_pages_persistent};
 pub(crate) use generated::{
-    pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create, peermem_debugfs_remove,
-    peermem_fsleep, peermem_log_lock, peermem_n_pins_lock, peermem_param_version,
-    peermem_pci_dev_get,
+    pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create_dir, peermem_debugfs_create_file,
+    peermem_debugfs_remove, peermem_fsleep, peermem_log_lock, peermem_n_pins_lock,
+    peermem_param_version, peermem_pci_dev_get,
 };
 
 /// The ABI facts the rest of the crate relies on, checked when the module is compiled.

@@ -9,3 +9,4 @@ pub mod ratelimit;
 pub mod registration;
 pub mod stats;
 pub mod tables;
+pub mod timing;

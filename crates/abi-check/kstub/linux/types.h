@@ -2,6 +2,7 @@
 /* Host stand-in for the kernel's linux/types.h: just the types the ABI headers use, same sizes. */
 #ifndef ABI_CHECK_LINUX_TYPES_H
 #define ABI_CHECK_LINUX_TYPES_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 typedef uint8_t u8;
