@@ -30,8 +30,9 @@
  *       cache was shrunk; OBJECT_BYTES is the cache's object size with its alignment and
  *       metadata, what an object really occupies)
  *   steps LABEL SIZE RUN PHASE NAME:CALLS:NS...   (the counted runs of peermem_rs only: its own
- *       per-step time accounting, PEERMEM_STEPS, read around the registration (PHASE reg) and the
- *       deregistration (dereg); steps without calls are left out)
+ *       per-step time accounting, PEERMEM_STEPS, "ENTRY.STEP CALLS NS" lines, read around the
+ *       registration (PHASE reg) and the deregistration (dereg); the steps whose calls did not
+ *       change are left out)
  * SIZE accepts K/M/G suffixes (powers of 1024).
  */
 #define _GNU_SOURCE
@@ -250,11 +251,11 @@ static int open_both(int *gpu)
 
 /* peermem_rs's per-step time accounting (its time_accounting parameter): "STEP CALLS NS" lines. */
 #define PEERMEM_STEPS "/sys/kernel/debug/peermem_rs/time"
-#define MAXSTEPS 64
+#define MAXSTEPS 256
 
 struct steps {
 	int n;
-	char name[MAXSTEPS][48];
+	char name[MAXSTEPS][64];
 	long long calls[MAXSTEPS];
 	long long ns[MAXSTEPS];
 };
@@ -294,7 +295,7 @@ static int parse_steps(const char *text, struct steps *st)
 	while (line && *line) {
 		if (*line != '\n') {
 			if (st->n == MAXSTEPS ||
-			    sscanf(line, "%47s %lld %lld", st->name[st->n], &st->calls[st->n],
+			    sscanf(line, "%63s %lld %lld", st->name[st->n], &st->calls[st->n],
 				   &st->ns[st->n]) != 3)
 				return -1;
 			st->n++;
@@ -318,16 +319,26 @@ static int steps_read(struct steps *st)
 	return 0;
 }
 
+/*
+ * The steps whose calls changed from @a to @b, matched by name: the file lists only the steps
+ * timed since load, so a step can appear between two readings (it had 0 calls before).
+ */
 static void steps_print(const char *label, uint64_t size, int run, const char *phase,
 			const struct steps *a, const struct steps *b)
 {
-	if (a->n != b->n)
-		fatal("%s changed its steps between two readings", PEERMEM_STEPS);
 	printf("steps %s %llu %d %s", label, (unsigned long long)size, run, phase);
-	for (int i = 0; i < a->n; i++)
-		if (b->calls[i] != a->calls[i])
-			printf(" %s:%lld:%lld", a->name[i], b->calls[i] - a->calls[i],
-			       b->ns[i] - a->ns[i]);
+	for (int i = 0; i < b->n; i++) {
+		long long calls = 0, ns = 0;
+
+		for (int j = 0; j < a->n; j++)
+			if (!strcmp(a->name[j], b->name[i])) {
+				calls = a->calls[j];
+				ns = a->ns[j];
+				break;
+			}
+		if (b->calls[i] != calls)
+			printf(" %s:%lld:%lld", b->name[i], b->calls[i] - calls, b->ns[i] - ns);
+	}
 	printf("\n");
 }
 

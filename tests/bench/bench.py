@@ -427,13 +427,17 @@ def cache_breakdown(data, boots):
 
 # ---- where the time goes ----
 
-# peermem-rs's step accounting (src/timing.rs, debugfs `time`): how its step names divide.
+# peermem-rs's step accounting (src/timing.rs, debugfs `time`): "ENTRY.STEP" names.
 def step_kind(name):
-    """'callback' (a host or driver callback, whole), 'provider' (an nvidia_p2p_* call made from
-    one), or 'inner' (a step inside a callback, provider calls excluded)."""
-    if name.startswith("cb_"):
-        return "callback"
-    if name.startswith("nv_"):
+    """'total' (an entry point, whole), 'own' (its total minus the time outside the module, as the
+    module derives it), 'provider' (an nvidia_p2p_* call), 'calibration' (timing.clock_read), or
+    'inner' (a step inside an entry point)."""
+    entry, _, step = name.partition(".")
+    if entry == "timing":
+        return "calibration"
+    if step in ("total", "own"):
+        return step
+    if step.startswith("nvidia_p2p_"):
         return "provider"
     return "inner"
 
@@ -444,8 +448,9 @@ def where_time_goes(data, accs, sizes):
              "cost model included) and peermem-rs's own step accounting (its `time_accounting` "
              "parameter, on only for these runs; debugfs `peermem_rs/time`) around each call. Total: "
              "the call's latency in these runs. Provider: time inside the stand-in's `nvidia_p2p_*` "
-             "entry points. Client: peermem-rs's callbacks, whole, minus the provider calls they made "
-             "(its own code: for nv not measurable, –). Rest: total minus provider minus client: the "
+             "entry points. Client: peermem-rs's own time, the sum of its entry points' `own` lines "
+             "(each entry point's total minus the provider calls, the host's invalidate and sleeps "
+             "made from it; for nv not measurable, –). Rest: total minus provider minus client: the "
              "host stand-in, the ioctl and, for nv, nvidia-peermem's own code.", ""]
     cnt, stp = {}, {}
     for r in data["lat"]:
@@ -456,9 +461,7 @@ def where_time_goes(data, accs, sizes):
             stp.setdefault((r["client"], r["cost"], r["size"], r["phase"]), []).append(r["steps"])
 
     def client_own(st):
-        cb = sum(ns for n, (c, ns) in st.items() if step_kind(n) == "callback")
-        pv = sum(ns for n, (c, ns) in st.items() if step_kind(n) == "provider")
-        return cb - pv
+        return sum(ns for n, (c, ns) in st.items() if step_kind(n) == "own")
     lines += ["| client | model | size | reg total | provider | client | rest | dereg total | provider | "
               "client | rest | calls reg; dereg |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in LABELS:
@@ -478,13 +481,14 @@ def where_time_goes(data, accs, sizes):
                 calls = [calls_str([sorted({r[p + "_calls"][i] for r in rs}) for i in range(6)]) for p in PHASES]
                 lines.append("| " + " | ".join(cells + ["; ".join(calls)]) + " |")
     lines.append("")
-    names = sorted({n for v in stp.values() for s in v for n in s}, key=lambda n: (step_kind(n), n))
+    names = sorted({n for v in stp.values() for s in v for n in s if step_kind(n) != "calibration"})
     if names:
         show = [z for z in sizes if z in (64 << 10, 1 << 20, 16 << 20, 1 << 30)] or sizes
         lines += ["### peermem-rs's steps (cost model off; median ns per call of the phase, calls in brackets)",
-                  "", "Callback steps (`cb_*`) include everything inside them; provider steps (`nv_*`) are "
-                  "the `nvidia_p2p_*` calls as peermem-rs times them; the rest are steps inside the "
-                  "callbacks (docs/debugfs, \"time\"). A step absent from a phase did not run in it.", "",
+                  "", "Entry point, then step (docs/time-accounting.md): `total` is the whole entry point, "
+                  "`own` its total minus what it spent outside the module, `nvidia_p2p_*` the driver's "
+                  "calls as peermem-rs times them; steps nest (a lock's hold includes what runs under "
+                  "it). An empty cell: the step did not run in that phase.", "",
                   "| step | " + " | ".join(f"{c} {p} {size_name(z)}" for c in ("rs-i", "rs-p")
                                            for p in PHASES for z in show) + " |",
                   "|---" * (1 + 4 * len(show)) + "|"]
@@ -831,8 +835,9 @@ def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
                         lines.append(f"lat {c}:{cost} {z} {run} {reg} {dereg} reg 1 0 0 0 1 0 "
                                      f"{20_000 + m} 0 0 0 5000 0 {m} dereg 0 0 1 0 0 1 0 0 {1000 + m} 0 0 500 {m}")
                         if c != "nv":
-                            lines.append(f"steps {c}:{cost} {z} {run} reg cb_get_pages:1:30000 "
-                                         f"nv_get_pages:1:20000 lock:2:400")
+                            lines.append(f"steps {c}:{cost} {z} {run} reg get_pages.total:1:30000 "
+                                         f"get_pages.nvidia_p2p_get_pages:1:20000 get_pages.own:1:10000 "
+                                         f"get_pages.reg_lock_hold:2:400 timing.clock_read:0:5")
                 for t in THREADS:
                     lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
                 if cost == 0:
@@ -875,7 +880,9 @@ def check_parse():
     """Every kind of record, the block carried along; malformed lines refused."""
     d = merge([parse(t, b) for b, t in synthetic()])
     assert len(d["blk"]) == 12 and d["latp"][0]["block"] == 1 and d["latp"][-1]["boot"] == 2
-    assert d["steps"][0]["steps"]["cb_get_pages"] == (1, 30000)
+    assert d["steps"][0]["steps"]["get_pages.total"] == (1, 30000)
+    assert [step_kind(n) for n in ("a.total", "a.own", "a.nvidia_p2p_put_pages", "timing.clock_read", "a.sg_fill")] == \
+        ["total", "own", "provider", "calibration", "inner"]
     assert d["slab"][0]["cache"] == "kmalloc-256" and d["slab"][0]["after"] == 90
     assert d["lat"][0]["reg_calls"] == [1, 0, 0, 0, 1, 0] and d["lat"][0]["reg_fn_ns"][0] == 20000
     for bad in ("lat rs-p:1 65536 0 1000", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",

@@ -27,6 +27,7 @@
 #define GPU_PAGE NVP2P_GPU_PAGE_SIZE
 #define PEERMEM_STATS "/sys/kernel/debug/peermem_rs/stats"
 #define PARAMS "/sys/module/peermem_rs/parameters/"
+#define PEERMEM_TIME "/sys/kernel/debug/peermem_rs/time"
 
 /* A counter of peermem-rs's debugfs stats file; -1 if missing. */
 static long long peermem_stat(const char *key)
@@ -644,6 +645,88 @@ TEST_F(gpu, statistics_follow_registrations)
 	for (int i = 0; i < 3; i++)
 		ASSERT_EQ(0, pmh_dereg(self->pmh, mr[i].handle));
 	EXPECT_EQ(rel + 3, peermem_stat("releases"));
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+}
+
+/* A line "NAME CALLS NS" of peermem-rs's time file: its calls (and ns), or 0 when it has no line. */
+static long long time_calls(const char *name, long long *ns)
+{
+	char buf[16384], *line;
+	size_t nlen = strlen(name);
+
+	*ns = 0;
+	if (read_text(PEERMEM_TIME, buf, sizeof(buf)))
+		return -1;
+	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+		if (!strncmp(line, name, nlen) && line[nlen] == ' ') {
+			char *end;
+			long long calls = strtoll(line + nlen + 1, &end, 10);
+
+			*ns = strtoll(end, NULL, 10);
+			return calls;
+		}
+	return 0;
+}
+
+static void reg_dereg(struct __test_metadata *_metadata, int pmh, void *va, size_t len)
+{
+	struct pmh_reg_mr mr;
+
+	ASSERT_EQ(0, pmh_reg(pmh, va, len, PMH_REG_WRITE, &mr));
+	ASSERT_EQ(0, pmh_dereg(pmh, mr.handle));
+}
+
+/*
+ * The time accounting (time_accounting, docs/time-accounting.md): off by default, and then nothing
+ * is counted; on, each entry point of a registration and its deregistration counts once, with its
+ * own time no more than its total and the driver calls under it; a write to the file resets it.
+ */
+TEST_F(gpu, time_accounting_counts_only_when_on)
+{
+	static const char *const entries[] = {
+		"get_pages", "dma_map", "dma_unmap", "put_pages", "release",
+	};
+	long long ns, own_ns, calls;
+	char name[64], on[8] = "";
+	__u64 handle;
+	uint8_t *va;
+
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	ASSERT_EQ(0, read_text(PARAMS "time_accounting", on, sizeof(on)));
+	ASSERT_STREQ("N", on) TH_LOG("time_accounting is not off by default");
+	ASSERT_EQ(0, write_text(PEERMEM_TIME, "0"));
+	va = gpu_alloc(self->gpu, 2 * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+
+	reg_dereg(_metadata, self->pmh, va, 2 * GPU_PAGE);
+	EXPECT_EQ(0, time_calls("acquire.total", &ns)) TH_LOG("counted while off");
+	EXPECT_EQ(0, time_calls("dma_map.total", &ns));
+
+	ASSERT_EQ(0, write_text(PARAMS "time_accounting", "1"));
+	reg_dereg(_metadata, self->pmh, va, 2 * GPU_PAGE);
+	ASSERT_EQ(0, write_text(PARAMS "time_accounting", "0"));
+	/* acquire: once per client the host asked before ours claimed the memory. */
+	calls = time_calls("acquire.total", &ns);
+	EXPECT_LE(1, calls);
+	EXPECT_GE(2, calls);
+	for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++) {
+		snprintf(name, sizeof(name), "%s.total", entries[i]);
+		EXPECT_EQ(1, time_calls(name, &ns)) TH_LOG("%s", name);
+		EXPECT_LT(0, ns) TH_LOG("%s: no time", name);
+		snprintf(name, sizeof(name), "%s.own", entries[i]);
+		EXPECT_EQ(1, time_calls(name, &own_ns)) TH_LOG("%s", name);
+		EXPECT_GE(ns, own_ns) TH_LOG("%s: own time above the total", name);
+	}
+	EXPECT_EQ(1, time_calls("dma_map.nvidia_p2p_dma_map_pages", &ns));
+	EXPECT_EQ(1, time_calls("dma_unmap.nvidia_p2p_dma_unmap_pages", &ns));
+	EXPECT_EQ(1, time_calls("dma_map.sg_fill", &ns));
+
+	/* Off again: nothing more is counted; a write resets. */
+	reg_dereg(_metadata, self->pmh, va, 2 * GPU_PAGE);
+	EXPECT_EQ(1, time_calls("dma_map.total", &ns)) TH_LOG("counted after it was turned off");
+	ASSERT_EQ(0, write_text(PEERMEM_TIME, "0"));
+	EXPECT_EQ(0, time_calls("dma_map.total", &ns)) TH_LOG("not reset by a write");
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
 }
 
