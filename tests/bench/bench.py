@@ -14,10 +14,10 @@ cost model off and on:
   rs-p  peermem-rs, persistent client      (persistent_api_support=1)
 
 Within a boot, after a warm-up block of each client whose records are set aside, the six (client,
-cost model) pairs run in many small blocks, each round of six in an
-order drawn from a seeded random generator (the seed is in the report), every block on freshly
-loaded modules; a block measures registration and deregistration latency per size (back to back,
-then counted: the provider's counters and peermem-rs's own per-step time read around each call),
+cost model) pairs run in many small blocks, each round of six in an order drawn from a seeded random
+generator (the seed is in the report), every block on freshly loaded modules. A block measures
+registration and deregistration latency per size (back to back, then counted: the provider's
+counters and peermem-rs's own per-step time, docs/time-accounting.md, read around each call),
 invalidation latency (invalidating clients), registration throughput with 1, 2 and 8 threads, and
 (cost model off) kernel memory per live registration from /proc/slabinfo, cache by cache.
 
@@ -618,6 +618,36 @@ def report(data, meta, boots):
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
 
+    # Where the like-for-like gap comes from: the provider's calls, or everything else.
+    cnt = {}
+    for r in data["lat"]:
+        if r["boot"] in accs:
+            cnt.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
+    lines += ["Where each gap comes from (µs per call, rs-i minus nv): the whole gap (medians of the "
+              "back-to-back runs, as above), the part spent in the provider (the NVIDIA stand-in's "
+              "`nvidia_p2p_*` time, cost model included, in the counted runs: it follows from the "
+              "calls each client makes, listed), and the rest (the clients' own code; the host's is "
+              "the same for both).", "",
+              "| size | model | registration: gap / provider / rest | calls rs-i; nv | "
+              "deregistration: gap / provider / rest | calls rs-i; nv |", "|---|---|---|---|---|---|"]
+    for size in sizes:
+        for cost in (0, 1):
+            a, b = cnt.get(("rs-i", cost, size)), cnt.get(("nv", cost, size))
+            if not a or not b:
+                continue
+            cells = [size_name(size), "on" if cost else "off"]
+            for phase in PHASES:
+                ka, kb = ("rs-i", cost, size, phase), ("nv", cost, size, phase)
+                if ka not in lat or kb not in lat:
+                    cells += ["–", "–"]
+                    continue
+                gap = median([median(lat[ka][x]) for x in acc]) - median([median(lat[kb][x]) for x in acc])
+                prov = median([sum(r[phase + "_fn_ns"]) for r in a]) - median([sum(r[phase + "_fn_ns"]) for r in b])
+                calls = [calls_str([sorted({r[phase + "_calls"][i] for r in rs}) for i in range(6)]) for rs in (a, b)]
+                cells += [f"{gap / 1000:+.1f} / {prov / 1000:+.1f} / {(gap - prov) / 1000:+.1f}", "; ".join(calls)]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+
     # Invalidation, like for like.
     inv = {}
     for r in data["inv"]:
@@ -923,7 +953,7 @@ def check_report():
                                    "counted_runs": 5, "seconds": 1, "mem_n": 100},
                                [(1, "accepted", ""), (2, "accepted", "")])
     first = text.index("## Like for like")
-    assert first < text.index("## The persistent client") < text.index("## Validity gate")
+    assert first < text.index("Where each gap comes from") < text.index("## The persistent client") < text.index("## Validity gate")
     row = next(line for line in text.splitlines() if line.startswith("| 64 KiB | 0."))
     assert row.startswith("| 64 KiB | 0.8") and "✗" not in row, row
     assert not missed, missed
@@ -1165,6 +1195,9 @@ def main():
             parsed = parse(text, n)
             if len({(r["client"], r["cost"]) for r in parsed["latp"]}) != 2 * len(LABELS):
                 raise SystemExit(f"bench: boot {n} has no latency records of some client; logs in {BOOTS / str(n)}")
+            if {r["client"] for r in parsed["steps"]} != {"rs-i", "rs-p"}:
+                raise SystemExit(f"bench: boot {n}: peermem-rs's time accounting gave no steps "
+                                 f"(debugfs peermem_rs/time); logs in {BOOTS / str(n)}")
             _, failed = gate(parsed, n)
             status = "accepted" if not failed else "rejected"
             why = "; ".join(f"{c} {p} {size_name(z)} short by {fmt_us(-m)} µs of {fmt_us(need)}"
