@@ -526,6 +526,35 @@ def where_time_goes(data, accs, sizes):
                                    if v else "")
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
+    # The IOMMU's per-page mapping cost, as measured.
+    rows = []
+    for (c, cost, size), rs in sorted(cnt.items()):
+        pages = size // GPU_PAGE
+        dm = [r["reg_fn_ns"][4] / pages for r in rs if r["reg_calls"][4] == 1]
+        du = [r["dereg_fn_ns"][5] / pages for r in rs if r["dereg_calls"][5] == 1]
+        if cost == 0 and dm:
+            rows.append((size, c, median(dm), median(du) if du else None))
+    if rows:
+        lines += ["### DMA mapping cost per 64 KiB page in this VM (measured)", "",
+                  "`nvidia_p2p_dma_map_pages` and `nvidia_p2p_dma_unmap_pages` time per page, median of "
+                  "the counted runs with the cost model off (the stand-in maps each 64 KiB page with "
+                  "`dma_map_resource` through QEMU's emulated Intel IOMMU, strict mode; the cost model "
+                  "does not touch these calls). Small sizes include the call's fixed cost.", "",
+                  "| size | " + " | ".join(f"{c} map / unmap µs" for c in LABELS) + " |",
+                  "|---|" + "---|" * len(LABELS)]
+        by = {(z, c): (m, u) for z, c, m, u in rows}
+        for z in sorted({z for z, _, _, _ in rows}):
+            cells = []
+            for c in LABELS:
+                m, u = by.get((z, c), (None, None))
+                cells.append("–" if m is None else f"{m / 1000:.2f} / {'–' if u is None else f'{u / 1000:.2f}'}")
+            lines.append(f"| {size_name(z)} | " + " | ".join(cells) + " |")
+        big = [m for z, _, m, _ in rows if z >= 16 << 20]
+        if big:
+            lines += ["", f"At 16 MiB and above (fixed costs amortised), all clients: median "
+                      f"{median(big) / 1000:.2f} µs per 64 KiB page to map."]
+        lines.append("")
+
     # How much reading the counters (and peermem-rs's clock reads) changes a registration.
     lat = latency_groups(data, accs)
     lines += ["### Back to back against counted (registration median, µs)", "",
@@ -606,7 +635,9 @@ def report(data, meta, boots):
     lines += [
         f"Measured from commit `{meta['commit']}` (work tree {meta['tree']}) on {meta['date']} with "
         f"`{meta['command']}` (tests/bench/bench.py; wall time {meta['wall']}). Machine: "
-        f"{meta['machine']}. Guest: {meta['guest']}.",
+        f"{meta['machine']}. Guest: {meta['guest']}."
+        + (f" This report was written from those records by `tests/bench/bench.py --report-only` at commit "
+           f"`{meta['report_commit']}`." if meta.get("report_commit", meta["commit"]) != meta["commit"] else ""),
         "",
         f"**Boots: {len(acc)} accepted, {len(rej)} rejected by the validity gate** (every boot's records "
         "are in `BENCHMARKS.data.gz`; the rejected ones are listed under \"Validity gate\" and left "
@@ -1186,6 +1217,7 @@ def main():
     start = time.monotonic()
     if a.report_only:
         meta, boots = load_data(DATA)
+        meta = dict(meta, report_commit=git("rev-parse", "HEAD").strip())
     else:
         # What the run writes (BENCHMARKS.*) does not count, as in vm.source_state.
         dirty = [line[3:] for line in git("status", "--porcelain", "--", ".", ":!BENCHMARKS.md", ":!BENCHMARKS.svg",
