@@ -1284,7 +1284,7 @@ def main():
         text += "\n" + NOTES + old.split(NOTES, 1)[1]
     DOC.write_text(text)
     SVG.write_text(svg)
-    vm.log(f"bench: wrote {DOC}, {SVG} and {DATA}; {len(missed)} target(s) missed; "
+    vm.log(f"bench: wrote {DOC} and {SVG}{'' if a.report_only else f', with every record in {DATA}'}; {len(missed)} target(s) missed; "
            f"{time.monotonic() - start:.0f} s")
     return 0
 
