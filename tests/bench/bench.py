@@ -869,7 +869,7 @@ def report(data, meta, boots):
         worst = min(cells) if cells else None
         lines.append(f"| {b} | {st} | {len(cells)} | " +
                      (f"{fmt_us(worst[0])} ({worst[2]} {worst[4]} {size_name(worst[3])})" if worst else "–") +
-                     f" | {len(failed)}{': ' + why if failed else ''} |")
+                     f" | {len(failed)}{'; ' + why if why else ''} |")
     lines += ["", "Per-boot ratios rs-i / nv (median latency of the boot), every boot, accepted or not:", "",
               "| boot | status | " + " | ".join(f"{size_name(z)} reg off/on, dereg off/on" for z in sizes) + " |",
               "|---|---|" + "---|" * len(sizes)]
