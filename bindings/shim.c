@@ -52,6 +52,8 @@ static int peermem_time_accounting_get(char *buffer, const struct kernel_param *
 }
 
 static const struct kernel_param_ops peermem_time_accounting_ops = {
+	/* A bare time_accounting at load means on, as for bool parameters (param_ops_bool). */
+	.flags = KERNEL_PARAM_OPS_FL_NOARG,
 	.set = peermem_time_accounting_set,
 	.get = peermem_time_accounting_get,
 };
