@@ -32,7 +32,8 @@
  *   steps LABEL SIZE RUN PHASE NAME:CALLS:NS...   (the counted runs of peermem_rs only: its own
  *       per-step time accounting, PEERMEM_STEPS, "ENTRY.STEP CALLS NS" lines, read around the
  *       registration (PHASE reg) and the deregistration (dereg); the steps whose calls did not
- *       change are left out)
+ *       change are left out; timing.clock_read, the cost of that many clock reads, is the
+ *       reading's own, not a difference)
  * SIZE accepts K/M/G suffixes (powers of 1024).
  */
 #define _GNU_SOURCE
@@ -268,8 +269,9 @@ static int read_all(const char *path, char *buf, size_t size)
 
 	if (fd < 0)
 		return -errno;
-	while (len + 1 < size) {
-		ssize_t n = read(fd, buf + len, size - 1 - len);
+	for (;;) {
+		char extra;
+		ssize_t n = len + 1 < size ? read(fd, buf + len, size - 1 - len) : read(fd, &extra, 1);
 
 		if (n < 0) {
 			int e = errno;
@@ -279,11 +281,15 @@ static int read_all(const char *path, char *buf, size_t size)
 		}
 		if (!n)
 			break;
+		if (len + 1 == size) {	/* one byte more than the buffer holds */
+			close(fd);
+			return -EFBIG;
+		}
 		len += n;
 	}
 	close(fd);
 	buf[len] = '\0';
-	return len + 1 < size ? 0 : -EFBIG;
+	return 0;
 }
 
 /* "STEP CALLS NS" lines into @st; -1 when a line is not of that shape. */
@@ -310,10 +316,13 @@ static int parse_steps(const char *text, struct steps *st)
 /* 0 and @st filled, or -1 when the loaded client has no step accounting (nvidia-peermem). */
 static int steps_read(struct steps *st)
 {
-	char buf[8192];
+	static char buf[64 << 10];
+	int ret = read_all(PEERMEM_STEPS, buf, sizeof(buf));
 
-	if (read_all(PEERMEM_STEPS, buf, sizeof(buf)))
+	if (ret == -ENOENT)
 		return -1;
+	if (ret)
+		fatal("cannot read %s: %s", PEERMEM_STEPS, strerror(-ret));
 	if (parse_steps(buf, st))
 		fatal("%s: not \"STEP CALLS NS\" lines", PEERMEM_STEPS);
 	return 0;
@@ -336,7 +345,11 @@ static void steps_print(const char *label, uint64_t size, int run, const char *p
 				ns = a->ns[j];
 				break;
 			}
-		if (b->calls[i] != calls)
+		/* The clock's calibration line is a fresh measurement at each reading, not a
+		 * counter: its latest value as it is. */
+		if (!strncmp(b->name[i], "timing.", 7))
+			printf(" %s:%lld:%lld", b->name[i], b->calls[i], b->ns[i]);
+		else if (b->calls[i] != calls)
 			printf(" %s:%lld:%lld", b->name[i], b->calls[i] - calls, b->ns[i] - ns);
 	}
 	printf("\n");
@@ -362,7 +375,7 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 		buf_alloc(&b, gpu, size);
 		for (int run = -WARMUP; run < runs; run++) {
 			struct provider p0, p1, p2, dr, dd;
-			struct steps s0, s1, s2;
+			static struct steps s0, s1, s2;	/* 20 KiB each: not on the stack */
 			bool stepped = false;
 			uint64_t t0, t1, t2, t3;
 			__u64 h;
@@ -593,8 +606,9 @@ static int parse_slabinfo(const char *text, struct slabs *sl)
 
 		if (*line == '#')
 			continue;
-		if (sl->n == MAXCACHES ||
-		    sscanf(line, "%63s %lld %lld %lld", sl->name[sl->n], &active, &num, &objsize) != 4)
+		if (sl->n == MAXCACHES)
+			fatal("/proc/slabinfo lists more than %d caches", MAXCACHES);
+		if (sscanf(line, "%63s %lld %lld %lld", sl->name[sl->n], &active, &num, &objsize) != 4)
 			return -1;
 		sl->active[sl->n] = active;
 		sl->objsize[sl->n] = objsize;
@@ -761,6 +775,18 @@ static int selftest(void)
 		CHECK(st.n == 2 && !strcmp(st.name[1], "get_pages") && st.calls[0] == 3 &&
 		      st.ns[1] == 4000);
 		CHECK(parse_steps("acquire 3\n", &st) == -1);
+	}
+	{
+		char path[] = "/tmp/bench-selftest-XXXXXX", buf[8];
+		int fd = mkstemp(path);
+
+		CHECK(fd >= 0 && write(fd, "1234567", 7) == 7);
+		if (fd >= 0)
+			close(fd);
+		CHECK(read_all(path, buf, sizeof(buf)) == 0 && !strcmp(buf, "1234567"));
+		CHECK(read_all(path, buf, 7) == -EFBIG);
+		CHECK(read_all("/nonexistent/bench", buf, sizeof(buf)) == -ENOENT);
+		unlink(path);
 	}
 	if (failures)
 		fprintf(stderr, "selftest: %d check(s) failed\n", failures);
