@@ -21,11 +21,11 @@ counters and peermem-rs's own per-step time, docs/time-accounting.md, read aroun
 invalidation latency (invalidating clients), registration throughput with 1, 2 and 8 threads, and
 (cost model off) kernel memory per live registration from /proc/slabinfo, cache by cache.
 
-Every record of every boot is kept, in .build/bench/boots/N/ and in BENCHMARKS.data.gz at the top of
-the repository (the input of --report-only). A boot that fails the validity gate (for some client, size
-and phase, "cost model on" minus "off" is shown, with 95% confidence, to fall short of 90% of the
-modelled cost: the two halves then ran under different conditions) is kept, reported as rejected,
-left out of the figures, and another boot is run, up to --max-rejected times. Figures: per boot the
+Every record of every boot (but for the warm-ups) is kept, in .build/bench/boots/N/ and in
+BENCHMARKS.data.gz at the top of the repository (the input of --report-only). A boot that fails the
+validity gate (`gate`: for some client, size and phase where the noise lets it judge, "cost model on"
+minus "off" is below 90% of the modelled cost: the two halves then ran under different conditions)
+is kept, reported as rejected, left out of the figures, and another boot is run, up to --max-rejected times. Figures: per boot the
 median of each (client, model, size, phase); ratios per boot; the report gives the median of the
 per-boot figures, their range, and a 95% confidence interval from a two-level bootstrap (boots
 resampled, then samples within each boot). Writes BENCHMARKS.md and BENCHMARKS.svg. Never part of
@@ -87,12 +87,17 @@ BOOTSTRAP = 2000
 # "model off" than this share of what the model adds.
 GATE_SHARE = 0.9
 # NVIDIA's own persistent client (nvidia-peermem 560 and later, persistent_api_support=1, its
-# default), read in NVIDIA/open-gpu-kernel-modules at 595.45.04, kernel-open/nvidia-peermem/
-# nvidia-peermem.c: nv_mem_acquire_nc (lines 246-297) pins persistently and unpins at once to
-# probe; nv_mem_get_pages_nc (503-533) pins persistently again; nv_dma_map (300-345) maps;
-# deregistration unmaps (nv_dma_unmap) and unpins (nv_mem_put_pages_common, 395-425). The same
-# shape since 560.28.03.
-NV_PERSISTENT_CALLS = {"reg": "gpp2 ppp1 dm1", "dereg": "ppp1 du1"}
+# default, client nv_mem_client_nc), read in NVIDIA/open-gpu-kernel-modules,
+# kernel-open/nvidia-peermem/nvidia-peermem.c. Two shapes:
+# - 560.28.03 to 575.64.05: its acquire is nv_mem_acquire (560.28.03 lines 198-243; the client at
+#   479-487), a non-persistent pin with a dummy callback and its unpin, to probe; its get_pages,
+#   nv_mem_get_pages_nc (446-477), pins persistently.
+# - 580.65.06 to 595.45.04: its acquire is nv_mem_acquire_nc (595.45.04 lines 246-298), a
+#   persistent pin and its unpin, to probe; nv_mem_get_pages_nc (501-532) pins persistently again.
+# Both: nv_dma_map (595.45.04 300-355) maps; deregistration unmaps and unpins persistently
+# (nv_mem_put_pages_common, 383-426).
+NV_PERSISTENT_CALLS = [("nvidia-peermem 560.28.03-575.64.05", "gp1 gpp1 pp1 dm1", "ppp1 du1"),
+                       ("nvidia-peermem 580.65.06-595.45.04", "gpp2 ppp1 dm1", "ppp1 du1")]
 
 PLAN = r"""
 set -u
@@ -194,8 +199,7 @@ def bootstrap(groups, per_boot, seed, iters=BOOTSTRAP):
             g = groups[rng.randrange(n)]
             per.append(per_boot(*(rng.choices(xs, k=len(xs)) for xs in g)))
         vals.append(median(per))
-    vals.sort()
-    return vals[int(0.025 * iters)], vals[min(iters - 1, int(math.ceil(0.975 * iters)) - 1)]
+    return percentile(vals, 2.5), percentile(vals, 97.5)
 
 
 class Figure:
@@ -383,36 +387,54 @@ def block_bootstrap(a, b, seed, iters=1000):
             blk = blocks[rng.randrange(len(blocks))]
             out += rng.choices(blk, k=len(blk))
         return median(out)
-    vals = sorted(draw(a) - draw(b) for _ in range(iters))
-    return vals[int(0.025 * iters)], vals[min(iters - 1, int(math.ceil(0.975 * iters)) - 1)]
+    vals = [draw(a) - draw(b) for _ in range(iters)]
+    return percentile(vals, 2.5), percentile(vals, 97.5)
 
 
 def gate(data, boot):
-    """The validity gate of one boot: per (client, size, phase) cell, (margin_ns, needed_ns,
-    client, size, phase), and the failed ones. Needed: GATE_SHARE of the modelled cost (the
-    stand-in's own count of its cost model's time, median of the counted runs). A cell fails when
-    even the upper end of the 95% interval of median(on) - median(off) (blocks, then runs within
-    them, drawn with replacement: `block_bootstrap`) falls short of it: the model-on half then ran
-    under other conditions than the model-off half, beyond what moves from block to block.
-    Margin: that upper end minus what is needed."""
+    """The validity gate of one boot (issue 23: "model on" minus "model off" must be at least the
+    modelled cost minus a tolerance). Per (client, size, phase) cell: the modelled cost (the
+    stand-in's own count of its cost model's time, median of the boot's counted runs), the point
+    estimate median(on) - median(off) over the boot's back-to-back runs, and the half-width of its
+    95% interval (`block_bootstrap`: blocks, then runs within them). A cell whose half-width exceeds
+    the modelled cost is blind (the noise of the two halves is larger than what the model adds:
+    the gate cannot see it there) and is only counted. A judged cell fails when the point estimate
+    is below GATE_SHARE of the modelled cost. No upper bound: a call with the model on waits on a
+    lock a busy-waiting holder keeps, and its busy wait ends late, so on - off above the model is
+    expected. Returns (judged cells, blind cells, failed cells), each (margin_ns, needed_ns,
+    client, size, phase), margin = point estimate - needed."""
     lat = block_groups(data, boot)
     model = {}
     for r in data["lat"]:
         if r["boot"] == boot and r["cost"] == 1:
             for phase in PHASES:
                 model.setdefault((r["client"], r["size"], phase), []).append(r[phase + "_model_ns"])
-    cells, failed = [], []
+    judged, blind, failed = [], [], []
     for (client, size, phase), m in sorted(model.items()):
         on, off = lat.get((client, 1, size, phase)), lat.get((client, 0, size, phase))
         if not on or not off:
             continue
-        need = GATE_SHARE * median(m)
-        _, hi = block_bootstrap(on, off, seed_of("gate", boot, client, size, phase))
-        cell = (hi - need, need, client, size, phase)
-        cells.append(cell)
-        if hi < need:
+        mod = median(m)
+        lo, hi = block_bootstrap(on, off, seed_of("gate", boot, client, size, phase))
+        point = median([x for b in on for x in b]) - median([x for b in off for x in b])
+        cell = (point - GATE_SHARE * mod, GATE_SHARE * mod, client, size, phase)
+        if (hi - lo) / 2 > mod:
+            blind.append(cell)
+            continue
+        judged.append(cell)
+        if cell[0] < 0:
             failed.append(cell)
-    return cells, failed
+    return judged, blind, failed
+
+
+def boot_status(data, boot):
+    """'accepted' or 'rejected', by the gate, and why."""
+    _, _, failed = gate(data, boot)
+    if not failed:
+        return "accepted", ""
+    return "rejected", "; ".join(f"{c} {p} {size_name(z)}: {fmt_us(m + need)} µs of the {fmt_us(need)} needed"
+                                 for m, need, c, z, p in failed[:4]) + (
+        f"; {len(failed) - 4} more" if len(failed) > 4 else "")
 
 
 def memory_groups(data, boots):
@@ -475,7 +497,13 @@ def where_time_goes(data, accs, sizes):
              "entry points. Client: peermem-rs's own time, the sum of its entry points' `own` lines "
              "(each entry point's total minus the provider calls, the host's invalidate and sleeps "
              "made from it; for nv not measurable, –). Rest: total minus provider minus client: the "
-             "host stand-in, the ioctl and, for nv, nvidia-peermem's own code.", ""]
+             "host stand-in, the ioctl and, for nv, nvidia-peermem's own code. The accounting is not "
+             "free: each timed step reads the clock twice, about 120 reads in a 64 KiB registration of "
+             "rs-i, all inside \"client\" and not subtracted (the cost of one read is below when the run "
+             "recorded the time file's `timing.clock_read` calibration, which the bench.c of c225cc9 "
+             "did not print); compare \"Back to back against counted\" "
+             "below. \"Client\" also includes waits for `N_PINS` and the registration lock, which "
+             "under concurrency hold other registrations' driver calls; these runs have one thread.", ""]
     cnt, stp = {}, {}
     for r in data["lat"]:
         if r["boot"] in accs:
@@ -505,10 +533,15 @@ def where_time_goes(data, accs, sizes):
                 calls = [calls_str([sorted({r[p + "_calls"][i] for r in rs}) for i in range(6)]) for p in PHASES]
                 lines.append("| " + " | ".join(cells + ["; ".join(calls)]) + " |")
     lines.append("")
+    reads = [s["timing.clock_read"][1] / s["timing.clock_read"][0] for v in stp.values() for s in v
+             if s.get("timing.clock_read", (0, 0))[0]]
+    if reads:
+        lines += [f"One clock read (the time file's `timing.clock_read` calibration, median of "
+                  f"{len(reads)} readings): {median(reads):.0f} ns.", ""]
     names = sorted({n for v in stp.values() for s in v for n in s if step_kind(n) != "calibration"})
     if names:
         show = [z for z in sizes if z in (64 << 10, 1 << 20, 16 << 20, 1 << 30)] or sizes
-        lines += ["### peermem-rs's steps (cost model off; median ns per call of the phase, calls in brackets)",
+        lines += ["### peermem-rs's steps (cost model off; median µs per registration or deregistration, calls in brackets)",
                   "", "Entry point, then step (docs/time-accounting.md): `total` is the whole entry point, "
                   "`own` its total minus what it spent outside the module, `nvidia_p2p_*` the driver's "
                   "calls as peermem-rs times them; steps nest (a lock's hold includes what runs under "
@@ -582,7 +615,10 @@ def calls_str(c):
 
 def report(data, meta, boots):
     """BENCHMARKS.md's text, the plot, and the targets missed. `boots`: [(boot, status, reason)]."""
-    acc = [b for b, st, _ in boots if st == "accepted"]
+    # Each boot's status is the gate's, computed here: the one recorded at run time (the data file's)
+    # is history, shown beside it.
+    judged = {b: boot_status(data, b) for b, _, _ in boots}
+    acc = [b for b, _, _ in boots if judged[b][0] == "accepted"]
     if not acc:
         raise SystemExit("bench: no accepted boot: nothing to report")
     accs = set(acc)
@@ -623,15 +659,16 @@ def report(data, meta, boots):
                 for cost in (0, 1):
                     f, limit = fig_ratio(client, cost, size, phase), limit_of(size, phase, cost)
                     what = f"{client} {phase} {size_name(size)} model {'on' if cost else 'off'}"
-                    if every_boot and limit is not None and f is not None and f.value <= limit < f.hi:
+                    one_boot = every_boot and limit is not None and f is not None and f.value <= limit < f.hi
+                    if one_boot:
                         missed.append(f"{what}: median {f.value:.2f}x but {f.hi:.2f}x in one boot (target "
                                       f"{limit}x in every boot)")
-                    row.append(rcell(f, limit, what=what))
+                    row.append(rcell(f, limit, what=what) + (" ✗ (a boot)" if one_boot else ""))
             rows.append("| " + " | ".join(row) + " |")
         return rows
 
     lines = ["# Benchmarks: peermem-rs against nvidia-peermem 550", ""]
-    rej = [(b, why) for b, st, why in boots if st != "accepted"]
+    rej = [b for b, _, _ in boots if judged[b][0] != "accepted"]
     lines += [
         f"Measured from commit `{meta['commit']}` (work tree {meta['tree']}) on {meta['date']} with "
         f"`{meta['command']}` (tests/bench/bench.py; wall time {meta['wall']}). Machine: "
@@ -643,9 +680,11 @@ def report(data, meta, boots):
         "are in `BENCHMARKS.data.gz`; the rejected ones are listed under \"Validity gate\" and left "
         f"out of every figure). Per boot: {meta['blocks']} rounds of the six (client, cost model) "
         f"pairs in an order drawn from `random.Random({meta['seed']})`, each pair a block on freshly "
-        f"loaded modules: {meta['runs']} back-to-back runs per size per block after 2 warm-ups "
+        f"loaded modules: {meta['runs']} back-to-back runs per size per block after 2 warm-up runs "
         f"({int(meta['runs']) * int(meta['blocks'])} per boot, client, cost model and size), "
-        f"{meta['counted_runs']} counted runs, {meta['seconds']} s of throughput per thread count.",
+        f"{meta['counted_runs']} counted runs, {meta['seconds']} s of throughput per thread count. "
+        "Not kept: the warm-up runs and, per boot, a first warm-up block of each client (the first "
+        "block after a boot runs colder than the rest); every other record is.",
         "",
         "How to read the figures. Each is the **median over the accepted boots of the per-boot "
         "figure** (a per-boot median latency, or a per-boot ratio of two medians taken in the same "
@@ -653,7 +692,10 @@ def report(data, meta, boots):
         f"each boot; {BOOTSTRAP} draws, seeds fixed so that `--report-only` reproduces them), then "
         "**(the range of the per-boot figures)**. A ratio is peermem-rs over nvidia-peermem: below "
         "1.0 peermem-rs is faster, except throughput, where above 1.0 it is. ✗ marks a median that "
-        "misses its target (issue 23's targets).",
+        "misses its target (issue 23's targets). With five boots the bootstrap interval is close to "
+        "the range, and says little more: the range of five boots is itself a 94% interval for the "
+        "median boot's figure (distribution-free), and resampling the runs within a boot on top adds "
+        "their spread once more.",
         "",
         "What is measured: `switch-iommu` boots (QEMU's emulated Intel IOMMU, strict mode: each "
         "`dma_map_resource` of a 64 KiB GPU page goes through its page tables and IOTLB "
@@ -687,11 +729,19 @@ def report(data, meta, boots):
     for r in data["lat"]:
         if r["boot"] in accs:
             cnt.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
-    lines += ["Where each gap comes from (µs per call, rs-i minus nv): the whole gap (medians of the "
-              "back-to-back runs, as above), the part spent in the provider (the NVIDIA stand-in's "
-              "`nvidia_p2p_*` time, cost model included, in the counted runs: it follows from the "
-              "calls each client makes, listed), and the rest (the clients' own code; the host's is "
-              "the same for both).", "",
+    def counted_median(rs, f):
+        """Median over the accepted boots of the per-boot median of f(run) over counted runs."""
+        per = {}
+        for r in rs:
+            per.setdefault(r["boot"], []).append(f(r))
+        return median([median(v) for v in per.values()])
+    lines += ["Where each gap comes from (µs per call, rs-i minus nv), all from the counted runs (whose "
+              "calls are slower than the back-to-back runs above: see \"Back to back against counted\"): "
+              "the whole gap, the part spent in the provider (the NVIDIA stand-in's `nvidia_p2p_*` time, "
+              "cost model included, which follows from the calls each client makes, listed) and the rest "
+              "(total minus provider: each client's own code and peermem-rs's clock reads, the host "
+              "stand-in and the ioctl, which are the same code for both). Each figure is the median over "
+              "the accepted boots of the difference of the two clients' per-boot medians.", "",
               "| size | model | registration: gap / provider / rest | calls rs-i; nv | "
               "deregistration: gap / provider / rest | calls rs-i; nv |", "|---|---|---|---|---|---|"]
     for size in sizes:
@@ -701,14 +751,17 @@ def report(data, meta, boots):
                 continue
             cells = [size_name(size), "on" if cost else "off"]
             for phase in PHASES:
-                ka, kb = ("rs-i", cost, size, phase), ("nv", cost, size, phase)
-                if ka not in lat or kb not in lat:
-                    cells += ["–", "–"]
-                    continue
-                gap = median([median(lat[ka][x]) for x in acc]) - median([median(lat[kb][x]) for x in acc])
-                prov = median([sum(r[phase + "_fn_ns"]) for r in a]) - median([sum(r[phase + "_fn_ns"]) for r in b])
+                def tot(r, phase=phase):
+                    return r[phase + "_ns"]
+
+                def prov(r, phase=phase):
+                    return sum(r[phase + "_fn_ns"])
+
+                def rest(r, phase=phase):
+                    return r[phase + "_ns"] - sum(r[phase + "_fn_ns"])
+                diff = [counted_median(a, f) - counted_median(b, f) for f in (tot, prov, rest)]
                 calls = [calls_str([sorted({r[phase + "_calls"][i] for r in rs}) for i in range(6)]) for rs in (a, b)]
-                cells += [f"{gap / 1000:+.1f} / {prov / 1000:+.1f} / {(gap - prov) / 1000:+.1f}", "; ".join(calls)]
+                cells += [" / ".join(f"{x / 1000:+.1f}" for x in diff), "; ".join(calls)]
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
 
@@ -720,7 +773,8 @@ def report(data, meta, boots):
     if inv:
         lines += ["### Invalidation (cudaFree to the NIC's key revoked)", "",
                   "From the guest's clock before `NVP2P_IOC_FREE` to the host stand-in's timestamp when "
-                  "the client's invalidation revoked the MR (ktime, same clock), µs. Target: at most 1.0x.",
+                  "the client's invalidation revoked the MR (ktime, same clock), µs. Issue 23 sets no "
+                  "target here; ✗ marks a ratio above 1.0 for reference and is not counted as a target missed.",
                   "", "| size | model | rs-i | nv | rs-i / nv |", "|---|---|---|---|---|"]
         for size in sorted({k[2] for k in inv}):
             for cost in (0, 1):
@@ -731,7 +785,7 @@ def report(data, meta, boots):
                 fb = Figure([(b[x],) for x in acc], median, seed_of("inv", "nv", cost, size))
                 fr = Figure([(a[x], b[x]) for x in acc], ratio_of_medians, seed_of("inv", cost, size))
                 mode = "on" if cost else "off"
-                cell = rcell(fr, 1.0, what=f"invalidation {size_name(size)} model {mode}")
+                cell = f"{fr.fmt(fmt_r)} ({fr.lo:.2f}–{fr.hi:.2f}){' ✗' if fr.value > 1.0 else ''}"
                 lines.append(f"| {size_name(size)} | {mode} | {fa.fmt(fmt_us)} | {fb.fmt(fmt_us)} | {cell} |")
         lines.append("")
 
@@ -751,6 +805,7 @@ def report(data, meta, boots):
             for cost in (0, 1):
                 keys = [(c, cost, t) for c in ("rs-i", "nv", "rs-p")]
                 if any(k not in tput or set(tput[k]) != accs for k in keys):
+                    missed.append(f"throughput {t} threads model {'on' if cost else 'off'}: not measured in every boot")
                     continue
                 f = [Figure([(tput[k][x],) for x in acc], rate, seed_of("tput", *k)) for k in keys]
                 ri = Figure([(tput[keys[0]][x], tput[keys[1]][x]) for x in acc], ratio_of_rates,
@@ -770,13 +825,17 @@ def report(data, meta, boots):
                   f"/proc/slabinfo before and after {meta['mem_n']} live 64 KiB registrations of distinct "
                   "GPU memory, once per block with the cost model off: for each cache whose active "
                   "objects changed, the change times the cache's object size (with its alignment and "
-                  "metadata), summed, divided by the registrations. The whole stack is counted: the "
-                  "client's objects, the host stand-in's MR and SG table, the NVIDIA stand-in's pins, "
-                  "page tables and DMA mappings (as many as the client's calls make), the IOMMU's. "
+                  "metadata), summed, divided by the registrations. Slab objects only: the client's, the "
+                  "host stand-in's MR and SG table, the NVIDIA stand-in's pins, page tables and DMA "
+                  "mappings (as many as the client's calls make); not counted are pages from the page "
+                  "allocator (the SG table's chained pages, the IOMMU's page tables), vmalloc and "
+                  "kmalloc above 8 KiB, and the stand-in's objects are the stand-in's, not nvidia.ko's. "
+                  "Measured at 64 KiB only. "
                   "Target: rs-i no more than nv.", "",
                   "| client | bytes per registration | ratio to nv | blocks |", "|---|---|---|---|"]
         for c in LABELS:
             if c not in mem or set(mem[c]) != accs:
+                missed.append(f"memory per registration {c}: not measured in every boot")
                 continue
             f = Figure([(mem[c][x],) for x in acc], median, seed_of("mem", c))
             rr = "" if c == "nv" or "nv" not in mem else rcell(
@@ -786,7 +845,7 @@ def report(data, meta, boots):
                          f"{sum(len(v) for v in mem[c].values())} |")
         br = cache_breakdown(data, accs)
         caches = sorted({k for v in br.values() for k, (sz, n) in v.items() if abs(n) >= 0.05},
-                        key=lambda k: -max(br[c].get(k, (0, 0))[0] * abs(br[c].get(k, (0, 0))[1]) for c in br))
+                        key=lambda k: (-max(br[c].get(k, (0, 0))[0] * abs(br[c].get(k, (0, 0))[1]) for c in br), k))
         lines += ["", "Where it goes: objects per registration by cache (median over the blocks; object "
                   "bytes in brackets; caches that moved by less than 0.05 objects per registration left out).",
                   "", "| cache (bytes) | " + " | ".join(c for c in LABELS if c in br) + " |",
@@ -822,11 +881,12 @@ def report(data, meta, boots):
               "| client | registration | deregistration |", "|---|---|---|"]
     for c in LABELS:
         lines.append(f"| {c} ({NAMES[c]}) | {seen(c, 'reg')} | {seen(c, 'dereg')} |")
-    lines += [f"| NVIDIA's persistent client, nvidia-peermem 560-595 (read, not run) | "
-              f"{NV_PERSISTENT_CALLS['reg']} | {NV_PERSISTENT_CALLS['dereg']} |", "",
-              "NVIDIA's persistent client pins and unpins once in `acquire` to probe the range, then "
-              "pins again in `get_pages` (nvidia-peermem.c at 595.45.04, `nv_mem_acquire_nc` lines "
-              "246-297, `nv_mem_get_pages_nc` 503-533); rs-p pins once.", ""]
+    lines += [f"| NVIDIA's persistent client, {v} (read, not run) | {r} | {d} |" for v, r, d in NV_PERSISTENT_CALLS]
+    lines += ["", "NVIDIA's persistent client probes the range in `acquire` with a pin and its unpin (a "
+              "non-persistent pin with a dummy callback up to 575, `nv_mem_acquire` at 560.28.03 lines "
+              "198-243; a persistent one from 580, `nv_mem_acquire_nc` at 595.45.04 lines 246-298), "
+              "then pins persistently in `get_pages` (`nv_mem_get_pages_nc`, 560.28.03 lines 446-477, "
+              "595.45.04 lines 501-532); rs-p pins once.", ""]
 
     # 3. Absolute latencies.
     for phase, title in (("reg", "Registration"), ("dereg", "Deregistration")):
@@ -857,33 +917,43 @@ def report(data, meta, boots):
 
     # 5. The validity gate and every boot.
     lines += ["## Validity gate, boot by boot", "",
-              "For each client, size and phase, median(model on) − median(model off) must not be shown "
-              f"to fall short of {GATE_SHARE:.0%} of the modelled cost (the stand-in's own count of its "
-              "cost model's time, in the counted runs): a boot is rejected when the upper end of that "
-              "difference's 95% bootstrap interval (the boot's blocks drawn with replacement, then the "
-              "runs within them) falls short of it in any cell. Margin: that upper end minus what is "
-              "needed, µs (negative: failed).", "",
-              "| boot | status | cells | smallest margin (where) | failed cells |", "|---|---|---|---|---|"]
+              "For each client, size and phase: the modelled cost (the stand-in's own count of its cost "
+              "model's time, median of the boot's counted runs) and median(model on) − median(model "
+              "off) over the boot's back-to-back runs, with the half-width of its 95% interval (the "
+              "boot's blocks drawn with replacement, then the runs within them). Where that half-width "
+              "is larger than the modelled cost the cell is **blind** (the two halves' noise is larger "
+              "than what the model adds; the gate cannot judge it and only counts it). A **judged** "
+              f"cell fails when on − off is below {GATE_SHARE:.0%} of the modelled cost; a boot with "
+              "a failed cell is rejected and left out of every figure. There is no upper bound: with the "
+              "model on a call also waits on a lock a busy-waiting holder keeps, and a busy wait ends "
+              "late, so on − off above the model is expected. Margin: on − off minus what is needed, µs. "
+              "This rule is the third: the run was measured under one that drew runs rather than "
+              "blocks, and c225cc9's judged the interval's upper end, which a reviewer showed blind "
+              "where the noise is large; the status column is this rule's, computed by this report; "
+              "the last column says what the run recorded when it was measured.", "",
+              "| boot | status | judged cells | blind cells | smallest margin (where) | failed cells | recorded "
+              "at run time |", "|---|---|---|---|---|---|---|"]
     for b, st, why in boots:
-        cells, failed = gate(data, b)
-        worst = min(cells) if cells else None
-        lines.append(f"| {b} | {st} | {len(cells)} | " +
+        jc, bc, failed = gate(data, b)
+        worst = min(jc) if jc else None
+        lines.append(f"| {b} | {judged[b][0]} | {len(jc)} | {len(bc)} | " +
                      (f"{fmt_us(worst[0])} ({worst[2]} {worst[4]} {size_name(worst[3])})" if worst else "–") +
-                     f" | {len(failed)}{'; ' + why if why else ''} |")
-    lines += ["", "Per-boot ratios rs-i / nv (median latency of the boot), every boot, accepted or not:", "",
-              "| boot | status | " + " | ".join(f"{size_name(z)} reg off/on, dereg off/on" for z in sizes) + " |",
-              "|---|---|" + "---|" * len(sizes)]
+                     f" | {len(failed)}{': ' + judged[b][1] if failed else ''} | {st}{': ' + why if why else ''} |")
     allb = latency_groups(data, {b for b, _, _ in boots})
-    for b, st, _ in boots:
-        cells = []
-        for z in sizes:
-            vals = []
-            for phase in PHASES:
-                for cost in (0, 1):
-                    a, n = allb.get(("rs-i", cost, z, phase), {}).get(b), allb.get(("nv", cost, z, phase), {}).get(b)
-                    vals.append(f"{ratio_of_medians(a, n):.2f}" if a and n else "–")
-            cells.append(" ".join(vals))
-        lines.append(f"| {b} | {st} | " + " | ".join(cells) + " |")
+    for client in ("rs-i", "rs-p"):
+        lines += ["", f"Per-boot ratios {client} / nv (median latency of the boot), every boot, accepted or not:", "",
+                  "| boot | status | " + " | ".join(f"{size_name(z)} reg off/on, dereg off/on" for z in sizes) + " |",
+                  "|---|---|" + "---|" * len(sizes)]
+        for b, _, _ in boots:
+            cells = []
+            for z in sizes:
+                vals = []
+                for phase in PHASES:
+                    for cost in (0, 1):
+                        x, n = allb.get((client, cost, z, phase), {}).get(b), allb.get(("nv", cost, z, phase), {}).get(b)
+                        vals.append(f"{ratio_of_medians(x, n):.2f}" if x and n else "–")
+                cells.append(" ".join(vals))
+            lines.append(f"| {b} | {judged[b][0]} | " + " | ".join(cells) + " |")
     lines.append("")
 
     lines += ["## Targets missed", ""]
@@ -980,16 +1050,26 @@ def check_parse():
 
 def check_gate():
     """A boot whose model-on half cost what the model adds passes; one whose model-off half ran
-    slower than its model-on half fails, naming the cell."""
+    slower than its model-on half fails, naming the cell; a cell whose noise exceeds the model's
+    cost is blind, not judged."""
     boots = synthetic()
     d = merge([parse(t, b) for b, t in boots])
-    assert gate(d, 1)[1] == [] and len(gate(d, 1)[0]) == 12
+    judged, blind, failed = gate(d, 1)
+    assert failed == [] and blind == [] and len(judged) == 12, (judged, blind, failed)
+    assert boot_status(d, 1) == ("accepted", "")
     slow = parse(boots[0][1], 1)
     for r in slow["latp"]:
         if r["client"] == "rs-i" and r["cost"] == 0:
             r["reg_ns"] += 200_000
-    failed = gate(slow, 1)[1]
+    failed = gate(slow, 1)[2]
     assert failed and {(c, p) for _, _, c, _, p in failed} == {("rs-i", "reg")}, failed
+    assert boot_status(slow, 1)[0] == "rejected" and "rs-i reg" in boot_status(slow, 1)[1]
+    noisy = parse(boots[0][1], 1)
+    for r in noisy["latp"]:
+        if r["client"] == "nv" and r["cost"] == 0 and r["run"] % 2:
+            r["dereg_ns"] += 5_000_000
+    _, blind, _ = gate(noisy, 1)
+    assert {(c, p) for _, _, c, _, p in blind} == {("nv", "dereg")}, blind
 
 
 def check_memory():
@@ -1013,12 +1093,16 @@ def check_report():
     assert not missed, missed
     assert "| rs-i | 205 [205, 205] (205–205) | 0.80" in text
     assert svg.startswith("<svg") and "polyline" in svg
-    # A boot left out: the figures come from the other one only.
+    # A boot the gate rejects is left out, whatever the data file recorded for it at run time.
+    for r in d["latp"]:
+        if r["boot"] == 2 and r["client"] == "rs-i" and r["cost"] == 0:
+            r["reg_ns"] += 200_000
     one, _, _ = report(d, {"commit": "abc", "tree": "clean", "date": "d", "command": "c", "wall": "w",
                            "machine": "m", "guest": "g", "blocks": 1, "seed": 1, "runs": 5,
                            "counted_runs": 5, "seconds": 1, "mem_n": 100},
-                       [(1, "accepted", ""), (2, "rejected", "test")])
-    assert "**Boots: 1 accepted, 1 rejected" in one and "| 2 | rejected |" in one
+                       [(1, "accepted", ""), (2, "accepted", "")])
+    assert "**Boots: 1 accepted, 1 rejected" in one and "| 2 | rejected |" in one, one
+    assert "| 1 | accepted | 12 | 0 |" in one
     import tempfile
     with tempfile.TemporaryDirectory() as t:
         p = Path(t) / "d.gz"
@@ -1253,10 +1337,7 @@ def main():
             if {r["client"] for r in parsed["steps"]} != {"rs-i", "rs-p"}:
                 raise SystemExit(f"bench: boot {n}: peermem-rs's time accounting gave no steps "
                                  f"(debugfs peermem_rs/time); logs in {BOOTS / str(n)}")
-            _, failed = gate(parsed, n)
-            status = "accepted" if not failed else "rejected"
-            why = "; ".join(f"{c} {p} {size_name(z)} short by {fmt_us(-m)} µs of {fmt_us(need)}"
-                            for m, need, c, z, p in failed[:4]) + (f"; {len(failed) - 4} more" if len(failed) > 4 else "")
+            status, why = boot_status(parsed, n)
             boots.append((n, status, why, text))
             vm.log(f"bench: boot {n} {status}{': ' + why if why else ''}")
             # Keep every boot's records as they come: a run cut short still leaves its data.
