@@ -238,7 +238,7 @@ def size_name(n):
 
 def fmt_us(ns):
     us = ns / 1000
-    return f"{us:.0f}" if us >= 100 else f"{us:.1f}" if us >= 10 else f"{us:.2f}"
+    return f"{us:.0f}" if abs(us) >= 100 else f"{us:.1f}" if abs(us) >= 10 else f"{us:.2f}"
 
 
 def fmt_r(r):
@@ -1011,6 +1011,7 @@ def check_statistics():
     assert percentile([5], 50) == 5
     assert ratio(1, 2) == 0.5 and ratio(1, 0) == float("inf")
     assert size_name(65536) == "64 KiB" and size_name(1 << 30) == "1 GiB" and size_name(3 << 20) == "3 MiB"
+    assert fmt_us(-672060) == "-672" and fmt_us(12345) == "12.3" and fmt_us(-1500) == "-1.50"
     assert rate([(10, 1e9), (30, 1e9)]) == 20.0
     # The bootstrap: an interval around the figure, reproducible.
     g = [([10, 11, 12, 13, 14], [20, 22, 24, 26, 28]) for _ in range(3)]
