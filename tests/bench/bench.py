@@ -694,10 +694,10 @@ def report(data, meta, boots):
         f"each boot; {BOOTSTRAP} draws, seeds fixed so that `--report-only` reproduces them), then "
         "**(the range of the per-boot figures)**. A ratio is peermem-rs over nvidia-peermem: below "
         "1.0 peermem-rs is faster, except throughput, where above 1.0 it is. ✗ marks a median that "
-        "misses its target (issue 23's targets). With five boots the bootstrap interval is close to "
-        "the range, and says little more: the range of five boots is itself a 94% interval for the "
-        "median boot's figure (distribution-free), and resampling the runs within a boot on top adds "
-        "their spread once more.",
+        f"misses its target (issue 23's targets). With {len(acc)} boots the bootstrap interval is close "
+        f"to the range, and says little more: the range of {len(acc)} boots is itself a "
+        f"{100 * (1 - 2 * 0.5 ** len(acc)):.0f}% interval for the median boot's figure "
+        "(distribution-free), and resampling the runs within a boot on top adds their spread once more.",
         "",
         "What is measured: `switch-iommu` boots (QEMU's emulated Intel IOMMU, strict mode: each "
         "`dma_map_resource` of a 64 KiB GPU page goes through its page tables and IOTLB "
