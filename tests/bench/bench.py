@@ -363,6 +363,15 @@ def latency_groups(data, boots):
     return g
 
 
+def counted_groups(data, boots):
+    """(client, cost, size) -> the counted runs' records (lat), of `boots`."""
+    g = {}
+    for r in data["lat"]:
+        if r["boot"] in boots:
+            g.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
+    return g
+
+
 def block_groups(data, boot):
     """(client, cost, size, phase) -> [[ns of one block's runs], ...] of one boot."""
     g = {}
@@ -488,7 +497,8 @@ def step_kind(name):
     return "inner"
 
 
-def where_time_goes(data, accs, sizes):
+def where_time_goes(data, accs, sizes, lat):
+    """The report's "Where the time goes"; `lat`: latency_groups of the accepted boots."""
     lines = ["## Where the time goes (counted runs, median per registration, µs)", "",
              "The counted runs read the NVIDIA stand-in's counters (its `calls_<fn>` and `ns_<fn>`, the "
              "cost model included) and peermem-rs's own step accounting (its `time_accounting` "
@@ -504,10 +514,7 @@ def where_time_goes(data, accs, sizes):
              "did not print); compare \"Back to back against counted\" "
              "below. \"Client\" also includes waits for `N_PINS` and the registration lock, which "
              "under concurrency hold other registrations' driver calls; these runs have one thread.", ""]
-    cnt, stp = {}, {}
-    for r in data["lat"]:
-        if r["boot"] in accs:
-            cnt.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
+    cnt, stp = counted_groups(data, accs), {}
     for r in data["steps"]:
         if r["boot"] in accs:
             stp.setdefault((r["client"], r["cost"], r["size"], r["phase"]), []).append(r["steps"])
@@ -589,7 +596,6 @@ def where_time_goes(data, accs, sizes):
         lines.append("")
 
     # How much reading the counters (and peermem-rs's clock reads) changes a registration.
-    lat = latency_groups(data, accs)
     lines += ["### Back to back against counted (registration median, µs)", "",
               "The cost of measuring: the same registrations timed back to back (no counters read, "
               "no step accounting) and counted.", "",
@@ -727,10 +733,8 @@ def report(data, meta, boots):
                   1.0 if size >= 1 << 20 else None)) + [""]
 
     # Where the like-for-like gap comes from: the provider's calls, or everything else.
-    cnt = {}
-    for r in data["lat"]:
-        if r["boot"] in accs:
-            cnt.setdefault((r["client"], r["cost"], r["size"]), []).append(r)
+    cnt = counted_groups(data, accs)
+
     def counted_median(rs, f):
         """Median over the accepted boots of the per-boot median of f(run) over counted runs."""
         per = {}
@@ -915,7 +919,7 @@ def report(data, meta, boots):
     lines += ["![median latency against size](BENCHMARKS.svg)", ""]
 
     # 4. Where the time goes.
-    lines += where_time_goes(data, accs, sizes)
+    lines += where_time_goes(data, accs, sizes, lat)
 
     # 5. The validity gate and every boot.
     lines += ["## Validity gate, boot by boot", "",
