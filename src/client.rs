@@ -11,8 +11,9 @@
 //! when a reference goes — is the registration state machine's (`logic::registration`, whose
 //! documentation gives the rules and the reasons, and which `crates/protocol-model` checks against
 //! a model of the real providers). This file only carries the steps out: it asks the state machine
-//! for the next step under the registration lock, makes the call with the lock dropped, and
-//! reports the result under the lock again.
+//! for the next step under the registration lock, takes out what the step's call works on, makes
+//! the call with the lock dropped, and under one hold of the lock again puts back what the call
+//! left or made, reports its result and asks for the step after it.
 //!
 //! # The registration lock
 //!
@@ -117,6 +118,14 @@ impl_has_work! {
     impl HasWork<Self> for RegCtx { self.work }
 }
 
+// One live registration's memory is one `RegCtx` behind the `Arc`'s reference count (4 bytes,
+// padded to RegCtx's alignment): it fits a kmalloc-256 object wherever locks and work items carry
+// no debugging state (distribution kernels, the benchmark kernel), where it took a kmalloc-512
+// before the state machine dropped its copy of the host's call (issue 23). Lock debugging adds
+// its maps to the spinlock and the work item, and the object grows.
+#[cfg(not(any(CONFIG_DEBUG_SPINLOCK, CONFIG_DEBUG_LOCK_ALLOC, CONFIG_PREEMPT_RT)))]
+const _: () = assert!(core::mem::size_of::<RegCtx>() + core::mem::align_of::<RegCtx>() <= 256);
+
 /// What a host call (or the free callback, or the work item) brings along.
 struct HostArgs {
     /// The host's SG table (dma_map).
@@ -214,20 +223,33 @@ impl RegCtx {
         })
     }
 
-    /// Runs `actor` until it is done, carrying out each step of the state machine.
-    fn drive(self: ArcBorrow<'_, Self>, actor: Actor, args: &mut HostArgs) -> Result<(), Refusal> {
+    /// Starts `actor` with `begin` and runs it until it is done, carrying out each step of the
+    /// state machine. `begin` runs under the registration lock and the first step is asked for
+    /// under the same hold; after a call, its result is reported, what it took out of the
+    /// registration put back, the next step asked for and what that step's call needs taken out,
+    /// all under one hold: a step that makes a call costs one round trip of the lock (the calls
+    /// that take `N_PINS` first take the lock again inside, see [`RegCtx::call`]).
+    ///
+    /// `Err` is `begin`'s: the actor did not start. `Ok` is the actor's own answer.
+    fn drive<E>(
+        self: ArcBorrow<'_, Self>,
+        actor: Actor,
+        args: &mut HostArgs,
+        begin: impl FnOnce(&mut Inner) -> Result<(), E>,
+    ) -> Result<Result<(), Refusal>, E> {
         let range = self.range();
         let t = args.t;
         let machine = timing::Step::StateMachine;
+        let mut g = self.lock(t);
+        t.time(machine, || begin(&mut g))?;
         loop {
-            let step = {
-                let mut g = self.lock(t);
-                t.time(machine, || g.state.next(actor))
-            };
-            match step {
+            match t.time(machine, || g.state.next(actor)) {
                 Step::Call(op) => {
-                    let result = self.call(op, args);
-                    let mut g = self.lock(t);
+                    let out = Handles::take(op, &mut g);
+                    drop(g);
+                    let (out, result) = self.call(op, out, args);
+                    g = self.lock(t);
+                    out.put_back(&mut g);
                     if t.time(machine, || g.state.done(actor, op, result)) == Commit::PublishSg {
                         if let Some(sg) = &g.sg {
                             let _publish = t.span(timing::Step::SgPublish);
@@ -238,16 +260,19 @@ impl RegCtx {
                     }
                 }
                 Step::DropDriverRef => {
-                    let r = self.lock(t).driver_ref.take();
+                    let r = g.driver_ref.take();
+                    drop(g);
                     if let Some(r) = r {
                         // SAFETY: the driver holds no copy any more (the state machine says it
                         // will not call back); the caller holds another reference, so this is
                         // not the last.
                         drop(unsafe { r.take_back() });
                     }
+                    g = self.lock(t);
                 }
                 Step::HandDriverRefToWork => {
-                    let r = self.lock(t).driver_ref.take();
+                    let r = g.driver_ref.take();
+                    drop(g);
                     if let Some(r) = r {
                         // SAFETY: the driver's callback is running and is the last use of its
                         // reference.
@@ -256,23 +281,35 @@ impl RegCtx {
                         let _ = t.time(timing::Step::WorkQueue, || queue().enqueue(ctx));
                     }
                     // The callback returns now, without touching the registration again.
-                    return Ok(());
+                    return Ok(Ok(()));
                 }
                 Step::QueueWork => {
+                    drop(g);
                     let _ = t.time(timing::Step::WorkQueue, || queue().enqueue(Arc::from(self)));
+                    g = self.lock(t);
                 }
-                Step::Note(event) => stats::event(self.link.name(), range, actor, event, t),
-                Step::Return(result) => return result,
+                Step::Note(event) => {
+                    drop(g);
+                    stats::event(self.link.name(), range, actor, event, t);
+                    g = self.lock(t);
+                }
+                Step::Return(result) => return Ok(result),
             }
         }
     }
 
-    /// Makes the call `op` with the registration lock dropped, and stores what it gave back.
-    fn call(self: ArcBorrow<'_, Self>, op: Op, args: &mut HostArgs) -> Result<(), i32> {
+    /// Makes the call `op` with the registration lock dropped, with what [`Handles::take`] took
+    /// out of the registration for it; gives that back, with what the call made, to be put back.
+    fn call(
+        self: ArcBorrow<'_, Self>,
+        op: Op,
+        mut out: Handles,
+        args: &mut HostArgs,
+    ) -> (Handles, Result<(), i32>) {
         let range = self.range();
         let t = args.t;
         let errno = |e: Error| -e.to_errno();
-        match op {
+        let result = match op {
             Op::PinN => {
                 // N tells us the memory is going away, nothing else: one GPU page of the range is
                 // enough (RM calls back every pin of the allocation at once, and a registration
@@ -292,9 +329,7 @@ impl RegCtx {
                 // after `DriverBarrier`, which waits for the RM API lock that the driver holds
                 // until the callback has returned. So the registration outlives the callback.
                 let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr, t) };
-                let key = key.map_err(errno)?;
-                self.lock(t).n = Some(key);
-                Ok(())
+                key.map(|key| self.lock(t).n = Some(key)).map_err(errno)
             }
             Op::UnpinN => {
                 let _n_pins = lock_n_pins(t);
@@ -304,9 +339,10 @@ impl RegCtx {
                     // table may be freed and its address another pin's (see `N_PINS`). The
                     // state machine ignores this call's result once N is torn down.
                     if g.state.n_pin() != NPin::Unpinning {
-                        return Ok(());
+                        None
+                    } else {
+                        g.n
                     }
-                    g.n
                 };
                 match key {
                     Some(key) => nvidia::put_pages(range.first_page(), key, t).map_err(errno),
@@ -318,21 +354,26 @@ impl RegCtx {
                 // Torn down by the driver's callback since the state machine asked: the callback
                 // has N and our reference, and the state machine ignores this call's result.
                 if self.lock(t).state.n_pin() != NPin::Proving {
-                    return Ok(());
+                    return (out, Ok(()));
                 }
                 // A lookup of the memory by this process, as put_pages of N will make: a
                 // persistent pin of one GPU page (no callback; with the persistent API, which the
                 // invalidating flavour needs, its unpin does not depend on the caller), under
                 // `N_PINS` as every persistent pin of ours.
                 let page = range.first_page();
-                let probe = PersistentPin::get(page, t).map_err(errno)?;
-                // Whatever the unpin answers, the pin showed the process reaches its memory; a
-                // refused unpin leaves the driver that pin (and its device reference): say so.
-                if let Err(e) = probe.put(page, t) {
-                    let event = Event::UnpinPFailed(-e.to_errno());
-                    stats::event(self.link.name(), page, Actor::Host, event, t);
+                match PersistentPin::get(page, t) {
+                    Ok(probe) => {
+                        // Whatever the unpin answers, the pin showed the process reaches its
+                        // memory; a refused unpin leaves the driver that pin (and its device
+                        // reference): say so.
+                        if let Err(e) = probe.put(page, t) {
+                            let event = Event::UnpinPFailed(-e.to_errno());
+                            stats::event(self.link.name(), page, Actor::Host, event, t);
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(errno(e)),
                 }
-                Ok(())
             }
             Op::DriverBarrier => {
                 let r = nvidia::wait_for_teardowns(t);
@@ -345,32 +386,18 @@ impl RegCtx {
             }
             Op::AllocSg => {
                 let sg = t.time(timing::Step::SgAlloc, || SgEntries::alloc(range.pages()));
-                let sg = sg.map_err(errno)?;
-                self.lock(t).sg = Some(sg);
-                Ok(())
+                sg.map(|sg| out.sg = Some(sg)).map_err(errno)
             }
-            Op::MapP => {
-                let Some(peer) = args.peer.take() else {
-                    return Err(EINVAL_NR);
-                };
+            Op::MapP => match (args.peer.take(), &out.p) {
+                (Some(peer), Some(p)) => p
+                    .dma_map(&peer, t)
+                    .map(|mapping| out.mapping = Some((peer, mapping)))
+                    .map_err(errno),
                 // P is reserved for this dma_map by the state machine: nobody takes it meanwhile.
-                let p = self.lock(t).p.take();
-                let Some(p) = p else {
-                    return Err(EINVAL_NR);
-                };
-                let mapped = p.dma_map(&peer, t);
-                let mut g = self.lock(t);
-                g.p = Some(p);
-                let mapping = mapped.map_err(errno)?;
-                g.mapping = Some((peer, mapping));
-                Ok(())
-            }
+                _ => Err(EINVAL_NR),
+            },
             Op::FillSg => {
-                let (p, sg, mapping) = {
-                    let mut g = self.lock(t);
-                    (g.p.take(), g.sg.take(), g.mapping.take())
-                };
-                let filled = match (&sg, &mapping) {
+                let filled = match (&out.sg, &out.mapping) {
                     (Some(_), Some((_, m))) => m.header().check(range.pages()).is_ok(),
                     _ => false,
                 };
@@ -380,8 +407,7 @@ impl RegCtx {
                     let page = |i| Some((p.physical_address(i)?, m.dma_address(i)?));
                     tables::first_failed_page(range.pages(), page).is_some()
                 };
-                let mut sg = sg;
-                let result = match (&p, &mut sg, &mapping, filled) {
+                match (&out.p, &mut out.sg, &out.mapping, filled) {
                     (Some(p), Some(_), Some((_, m)), true) if half_made(p, m) => Err(EIO_NR),
                     (Some(_), Some(sg), Some((_, m)), true) => t
                         .time(timing::Step::SgFill, || {
@@ -389,37 +415,84 @@ impl RegCtx {
                         })
                         .map_err(errno),
                     _ => Err(EINVAL_NR),
-                };
-                let mut g = self.lock(t);
-                g.p = p;
-                g.sg = sg;
-                g.mapping = mapping;
-                result
+                }
             }
             Op::UnmapP => {
-                let (p, mapping) = {
-                    let mut g = self.lock(t);
-                    (g.p.take(), g.mapping.take())
-                };
-                if let (Some(p), Some((peer, m))) = (&p, mapping) {
+                if let (Some(p), Some((peer, m))) = (&out.p, out.mapping.take()) {
                     p.dma_unmap(&peer, m, t);
                 }
-                self.lock(t).p = p;
                 Ok(())
             }
-            Op::UnpinP => {
-                let p = self.lock(t).p.take();
-                match p {
-                    Some(p) => p.put(range, t).map_err(errno),
-                    None => Ok(()),
-                }
-            }
-            Op::Invalidate { core_context } => {
+            Op::UnpinP => match out.p.take() {
+                Some(p) => p.put(range, t).map_err(errno),
+                None => Ok(()),
+            },
+            Op::Invalidate => {
                 t.time(timing::Step::HostInvalidate, || {
-                    self.link.invalidate(core_context)
+                    self.link.invalidate(out.core_context)
                 });
                 Ok(())
             }
+        };
+        (out, result)
+    }
+}
+
+/// What a call of the state machine takes out of the registration, under the lock, for the time
+/// it runs with the lock dropped, and what it made meanwhile: put back under the lock, before
+/// the result is reported. The state machine keeps anyone else from the same handles meanwhile
+/// (P is reserved for one call at a time, `p_busy`; the SG entries and the mapping belong to the
+/// host's call in flight).
+#[derive(Default)]
+struct Handles {
+    p: Option<PersistentPin>,
+    mapping: Option<(PeerDevice, DmaMapping)>,
+    sg: Option<SgEntries>,
+    /// For `Op::Invalidate`: the host's id of the registration.
+    core_context: u64,
+}
+
+impl Handles {
+    /// Takes out of `g` what `op` works on.
+    fn take(op: Op, g: &mut Inner) -> Self {
+        match op {
+            Op::MapP | Op::UnpinP => Self {
+                p: g.p.take(),
+                ..Self::default()
+            },
+            Op::UnmapP => Self {
+                p: g.p.take(),
+                mapping: g.mapping.take(),
+                ..Self::default()
+            },
+            Op::FillSg => Self {
+                p: g.p.take(),
+                mapping: g.mapping.take(),
+                sg: g.sg.take(),
+                ..Self::default()
+            },
+            Op::Invalidate => Self {
+                core_context: g.state.core_context(),
+                ..Self::default()
+            },
+            Op::PinN | Op::UnpinN | Op::ProveUnpinN | Op::DriverBarrier | Op::AllocSg => {
+                Self::default()
+            }
+        }
+    }
+
+    /// Puts back into `g` what is left of what was taken, and what the call made (the SG entries
+    /// of `AllocSg`, the mapping of `MapP`); a handle the call used up (P after `UnpinP`, the
+    /// mapping after `UnmapP`) stays gone.
+    fn put_back(self, g: &mut Inner) {
+        if self.p.is_some() {
+            g.p = self.p;
+        }
+        if self.mapping.is_some() {
+            g.mapping = self.mapping;
+        }
+        if self.sg.is_some() {
+            g.sg = self.sg;
         }
     }
 }
@@ -431,13 +504,12 @@ impl WorkItem for RegCtx {
         let t = Timing::begin(Entry::WorkItem);
         let _total = t.span(timing::Step::Total);
         let machine = timing::Step::StateMachine;
-        {
-            let mut g = this.lock(t);
-            t.time(machine, || g.state.begin_work());
-        }
         let _ = this
             .as_arc_borrow()
-            .drive(Actor::Work, &mut HostArgs::none(t));
+            .drive(Actor::Work, &mut HostArgs::none(t), |g| {
+                g.state.begin_work();
+                Ok::<(), core::convert::Infallible>(())
+            });
         let keep = {
             let mut g = this.lock(t);
             t.time(machine, || g.state.take_keep())
@@ -479,25 +551,25 @@ fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation, t: Timi
     EINVAL
 }
 
-/// A host call: start it with the state machine, run it, explain a refusal.
+/// A host call: start it with the state machine (after `check`, under the same hold), run it,
+/// explain a refusal.
 fn host_call(
     ctx: ArcBorrow<'_, RegCtx>,
     name: &str,
     call: HostCall,
     args: &mut HostArgs,
+    check: impl FnOnce(&Inner) -> Result<(), Violation>,
 ) -> Result {
     let link = ctx.link;
     let range = ctx.range();
     let t = args.t;
-    let begun = {
-        let mut g = ctx.lock(t);
-        t.time(timing::Step::StateMachine, || {
-            g.state.begin(call, kapi::current_tgid())
-        })
-    };
-    begun.map_err(|v| violation(link, name, range, v, t))?;
-    ctx.drive(Actor::Host, args)
-        .map_err(|r| refused(link, name, range, r, t))
+    let caller = kapi::current_tgid();
+    ctx.drive(Actor::Host, args, |g| {
+        check(g)?;
+        g.state.begin(call, caller)
+    })
+    .map_err(|v| violation(link, name, range, v, t))?
+    .map_err(|r| refused(link, name, range, r, t))
 }
 
 impl PeerClient for RegCtx {
@@ -586,6 +658,7 @@ impl PeerClient for RegCtx {
                 core_context,
             },
             &mut HostArgs::none(t),
+            |_| Ok(()),
         )
     }
 
@@ -624,24 +697,26 @@ impl PeerClient for RegCtx {
             peer,
             t,
         };
-        host_call(ctx, "dma_map", HostCall::DmaMap, &mut args)?;
+        host_call(ctx, "dma_map", HostCall::DmaMap, &mut args, |_| Ok(()))?;
         t.time(timing::Step::Stats, stats::mapped);
         Ok(range.pages())
     }
 
     /// dma_unmap: undo dma_map.
     fn dma_unmap(ctx: ArcBorrow<'_, RegCtx>, host_sg: *const bindings::sg_table, t: Timing) {
-        let published = ctx.lock(t).sg.as_ref().map(|sg| sg.published_in(host_sg));
-        if published == Some(false) {
-            let _ = violation(ctx.link, "dma_unmap", ctx.range(), Violation::OutOfOrder, t);
-            return;
-        }
-        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, &mut HostArgs::none(t));
+        // Not the table our entries went into: not ours to unmap.
+        let published = |g: &Inner| match &g.sg {
+            Some(sg) if !sg.published_in(host_sg) => Err(Violation::OutOfOrder),
+            _ => Ok(()),
+        };
+        let args = &mut HostArgs::none(t);
+        let _ = host_call(ctx, "dma_unmap", HostCall::DmaUnmap, args, published);
     }
 
     /// put_pages: unpin (what the calling task may).
     fn put_pages(ctx: ArcBorrow<'_, RegCtx>, t: Timing) {
-        let _ = host_call(ctx, "put_pages", HostCall::PutPages, &mut HostArgs::none(t));
+        let args = &mut HostArgs::none(t);
+        let _ = host_call(ctx, "put_pages", HostCall::PutPages, args, |_| Ok(()));
     }
 
     /// get_page_size: GPU pages are 64 KiB.
@@ -653,22 +728,19 @@ impl PeerClient for RegCtx {
     fn release(ctx: Arc<RegCtx>, t: Timing) {
         let link = ctx.link;
         let range = ctx.range();
-        let begun = {
-            let mut g = ctx.lock(t);
-            t.time(timing::Step::StateMachine, || {
-                g.state.begin(HostCall::Release, kapi::current_tgid())
-            })
-        };
-        if let Err(v) = begun {
+        let caller = kapi::current_tgid();
+        let ran = ctx
+            .as_arc_borrow()
+            .drive(Actor::Host, &mut HostArgs::none(t), |g| {
+                g.state.begin(HostCall::Release, caller)
+            });
+        if let Err(v) = ran {
             // A call of the host is still in flight for this registration: dropping the host's
             // reference could free it under that call. Keep it (a leak) and say so.
             let _ = violation(link, "release", range, v, t);
             core::mem::forget(ctx);
             return;
         }
-        let _ = ctx
-            .as_arc_borrow()
-            .drive(Actor::Host, &mut HostArgs::none(t));
         // The host no longer reads the SG entries.
         let sg = ctx.lock(t).sg.take();
         t.time(timing::Step::SgFree, || drop(sg));
@@ -684,15 +756,11 @@ impl nvidia::FreeCallback for RegCtx {
     /// the work item it is handed to, keeps this registration alive until the callback has
     /// returned (see `Op::PinN`).
     fn free_callback(ctx: ArcBorrow<'_, Self>, t: Timing) {
-        let begun = {
-            let mut g = ctx.lock(t);
-            t.time(timing::Step::StateMachine, || g.state.begin_callback())
-        };
-        if !begun {
-            return;
-        }
-        // Makes the NIC stop using the memory (through the host) if it may; never waits, and never
-        // calls into the driver, which is locked by this very task.
-        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t));
+        // Not ours to act on: return at once. Else makes the NIC stop using the memory (through
+        // the host) if it may; never waits, and never calls into the driver, which is locked by
+        // this very task.
+        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t), |g| {
+            g.state.begin_callback().then_some(()).ok_or(())
+        });
     }
 }

@@ -104,6 +104,29 @@ pub enum HostCall {
     Release,
 }
 
+/// Which host call is in flight: a [`HostCall`] without what `begin` already took from it (the
+/// range is checked and the host's id kept there), so that a registration's state stays small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum InFlight {
+    GetPages,
+    DmaMap,
+    DmaUnmap,
+    PutPages,
+    Release,
+}
+
+impl From<HostCall> for InFlight {
+    fn from(call: HostCall) -> Self {
+        match call {
+            HostCall::GetPages { .. } => Self::GetPages,
+            HostCall::DmaMap => Self::DmaMap,
+            HostCall::DmaUnmap => Self::DmaUnmap,
+            HostCall::PutPages => Self::PutPages,
+            HostCall::Release => Self::Release,
+        }
+    }
+}
+
 /// Who is asking for the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Actor {
@@ -144,8 +167,9 @@ pub enum Op {
     UnmapP,
     /// `nvidia_p2p_put_pages_persistent` of P (any task).
     UnpinP,
-    /// The host's invalidate for `core_context`.
-    Invalidate { core_context: u64 },
+    /// The host's invalidate for the host's id of the registration
+    /// ([`Registration::core_context`]).
+    Invalidate,
     /// From the work item, after a free callback: a `nvidia_p2p_put_pages` that can find no pin
     /// (a key that is no pin's, from a kworker). It answers 0, but only after taking the RM API
     /// lock, which the teardown that called us holds until after our callback has returned: so
@@ -319,7 +343,7 @@ enum HostStage {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct HostActivity {
-    call: HostCall,
+    call: InFlight,
     caller: Tgid,
     stage: HostStage,
 }
@@ -442,6 +466,7 @@ impl Registration {
     pub fn owner(&self) -> Tgid {
         self.owner
     }
+
     pub fn phase(&self) -> Phase {
         self.phase
     }
@@ -556,7 +581,7 @@ impl Registration {
             }
         }
         self.host = Some(HostActivity {
-            call,
+            call: call.into(),
             caller,
             stage: HostStage::Start,
         });
@@ -632,7 +657,7 @@ impl Registration {
         match actor {
             Actor::Host => self.host_done(op, result),
             Actor::Callback => {
-                if let Op::Invalidate { .. } = op {
+                if op == Op::Invalidate {
                     self.callback = CallbackStage::Invalidated;
                     self.invalidated = true;
                 }
@@ -700,7 +725,7 @@ impl Registration {
             }
             HostStage::LetGo => self.let_go(h.caller),
             HostStage::Start => match h.call {
-                HostCall::GetPages { .. } => match self.flavour {
+                InFlight::GetPages => match self.flavour {
                     Flavour::Persistent => {
                         // acquire's pin is the registration's pin.
                         self.phase = Phase::Pinned;
@@ -712,7 +737,7 @@ impl Registration {
                         self.host_call(Op::PinN)
                     }
                 },
-                HostCall::DmaMap => {
+                InFlight::DmaMap => {
                     if self.n == NPin::TornDown || self.callback_running() {
                         return self.host_return(Err(FREED));
                     }
@@ -724,7 +749,7 @@ impl Registration {
                     self.p_busy = Some(Op::MapP);
                     self.host_call(Op::AllocSg)
                 }
-                HostCall::DmaUnmap => {
+                InFlight::DmaUnmap => {
                     if self.mapped && self.p_busy.is_none() {
                         self.p_busy = Some(Op::UnmapP);
                         return self.host_call(Op::UnmapP);
@@ -733,7 +758,7 @@ impl Registration {
                     // unmapped it), or the work item is unmapping it: nothing to do.
                     self.host_return(Ok(()))
                 }
-                HostCall::PutPages => {
+                InFlight::PutPages => {
                     if self.phase != Phase::Unpinned {
                         // put_pages after a failed get_pages: nothing was pinned for it.
                         return self.host_return(Ok(()));
@@ -741,7 +766,7 @@ impl Registration {
                     self.set_host_stage(HostStage::LetGo);
                     self.let_go(h.caller)
                 }
-                HostCall::Release => {
+                InFlight::Release => {
                     self.set_host_stage(HostStage::LetGo);
                     self.let_go(h.caller)
                 }
@@ -794,7 +819,7 @@ impl Registration {
             return Commit::Nothing;
         };
         match (h.call, op) {
-            (HostCall::GetPages { .. }, Op::PinN) => {
+            (InFlight::GetPages, Op::PinN) => {
                 let answer = match result {
                     Ok(()) if self.n == NPin::Pinning => {
                         self.n = NPin::Armed;
@@ -824,7 +849,7 @@ impl Registration {
                 };
                 self.set_host_stage(HostStage::Finish(answer));
             }
-            (HostCall::DmaMap, Op::AllocSg) => match result {
+            (InFlight::DmaMap, Op::AllocSg) => match result {
                 Ok(()) => {
                     self.set_host_stage(HostStage::Waiting(Op::MapP));
                 }
@@ -836,7 +861,7 @@ impl Registration {
                     ))));
                 }
             },
-            (HostCall::DmaMap, Op::MapP) => match result {
+            (InFlight::DmaMap, Op::MapP) => match result {
                 Ok(()) => self.set_host_stage(HostStage::Waiting(Op::FillSg)),
                 Err(errno) => {
                     let refusal = if self.n == NPin::TornDown {
@@ -847,7 +872,7 @@ impl Registration {
                     self.set_host_stage(HostStage::Finish(Err(refusal)));
                 }
             },
-            (HostCall::DmaMap, Op::FillSg) => {
+            (InFlight::DmaMap, Op::FillSg) => {
                 // P is no longer reserved: either unmapped next (Undo), or handed to the host.
                 self.p_busy = None;
                 let refusal = match result {
@@ -867,12 +892,12 @@ impl Registration {
                     }
                 }
             }
-            (HostCall::DmaMap, Op::UnmapP) => {
+            (InFlight::DmaMap, Op::UnmapP) => {
                 if let HostStage::Undoing(refusal) = h.stage {
                     self.set_host_stage(HostStage::Finish(Err(refusal)));
                 }
             }
-            (HostCall::DmaUnmap, Op::UnmapP) => {
+            (InFlight::DmaUnmap, Op::UnmapP) => {
                 self.set_host_stage(HostStage::Finish(Ok(())));
                 if self.release_p && self.p_held && !self.work_queued {
                     // The callback took P over meanwhile: the work item unpins it.
@@ -880,10 +905,10 @@ impl Registration {
                     self.host_pending.queue_work = true;
                 }
             }
-            (HostCall::PutPages | HostCall::Release, Op::UnmapP | Op::UnpinP) => {
+            (InFlight::PutPages | InFlight::Release, Op::UnmapP | Op::UnpinP) => {
                 self.set_host_stage(HostStage::LetGo);
             }
-            (HostCall::PutPages | HostCall::Release, Op::UnpinN) => {
+            (InFlight::PutPages | InFlight::Release, Op::UnpinN) => {
                 match result {
                     Ok(()) => {
                         if self.n == NPin::Unpinning {
@@ -907,7 +932,7 @@ impl Registration {
                 }
                 self.set_host_stage(HostStage::LetGo);
             }
-            (HostCall::PutPages | HostCall::Release, Op::ProveUnpinN) => {
+            (InFlight::PutPages | InFlight::Release, Op::ProveUnpinN) => {
                 if self.n == NPin::Proving {
                     match result {
                         Ok(()) => {
@@ -937,9 +962,7 @@ impl Registration {
             CallbackStage::Start => {
                 if self.phase == Phase::Mapped {
                     self.callback = CallbackStage::Invalidating;
-                    return Step::Call(Op::Invalidate {
-                        core_context: self.core_context,
-                    });
+                    return Step::Call(Op::Invalidate);
                 }
                 self.callback = CallbackStage::Finish;
                 Step::Note(if self.phase == Phase::Released {
@@ -948,9 +971,7 @@ impl Registration {
                     Event::InvalidationSkipped
                 })
             }
-            CallbackStage::Invalidating => Step::Call(Op::Invalidate {
-                core_context: self.core_context,
-            }),
+            CallbackStage::Invalidating => Step::Call(Op::Invalidate),
             CallbackStage::Invalidated => {
                 self.callback = CallbackStage::Finish;
                 Step::Note(Event::Invalidated)
@@ -1193,7 +1214,8 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         assert!(r.begin_callback());
         let (steps, _) = run(&mut r, Actor::Callback, ok);
-        assert_eq!(calls(&steps), [Op::Invalidate { core_context: 7 }]);
+        assert_eq!(calls(&steps), [Op::Invalidate]);
+        assert_eq!(r.core_context(), 7);
         assert!(steps.contains(&Step::Note(Event::Invalidated)));
         assert!(steps.iter().all(|s| match s {
             Step::Call(op) => !op.takes_driver_api_lock(),
@@ -1214,7 +1236,7 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         assert!(r.begin_callback());
         let (steps, _) = run(&mut r, Actor::Callback, |r, op| {
-            if let Op::Invalidate { .. } = op {
+            if op == Op::Invalidate {
                 // The legacy host calls dma_unmap and put_pages on the callback's task.
                 let s = host(r, HostCall::DmaUnmap, OWNER);
                 assert_eq!(calls(&s), [Op::UnmapP]);
@@ -1227,7 +1249,8 @@ mod tests {
             }
             Ok(())
         });
-        assert_eq!(calls(&steps), [Op::Invalidate { core_context: 7 }]);
+        assert_eq!(calls(&steps), [Op::Invalidate]);
+        assert_eq!(r.core_context(), 7);
         assert_eq!(work(&mut r), [Op::DriverBarrier, Op::UnpinP]);
         host(&mut r, HostCall::Release, OWNER);
         assert!(r.quiescent());

@@ -1509,6 +1509,10 @@ impl World {
         }
         self.our_code(true, "a step of the registration");
         let tgid = self.threads[tid].tgid;
+        // The client of today asks for the first step under the hold that began the actor, and
+        // for the next step under the hold that reported a call's result (`RegCtx::drive`); the
+        // older clients took the lock again for each.
+        let one_hold = self.cfg.client == Client::Fixed;
         let st = self.state.as_mut().expect("registration");
         match pc {
             RunPc::Begin => {
@@ -1527,75 +1531,86 @@ impl World {
                     }
                     Actor::Work => st.begin_work(),
                 }
-                set(self, RunPc::Next);
+                if !one_hold {
+                    set(self, RunPc::Next);
+                    return Some(());
+                }
             }
             RunPc::Await(op) => {
                 let r = self.take_ret(tid)?;
                 let st = self.state.as_mut().unwrap();
                 let commit = st.done(actor, op, r);
                 debug_assert!(matches!(commit, Commit::Nothing | Commit::PublishSg));
-                set(self, RunPc::Next);
+                if !one_hold {
+                    set(self, RunPc::Next);
+                    return Some(());
+                }
             }
-            RunPc::Next => match st.next(actor) {
-                Step::Call(op) => {
-                    set(self, RunPc::Await(op));
-                    match op {
-                        Op::PinN => self.push(tid, Frame::Ours(Ours::PinN(0))),
-                        Op::UnpinN => self.push(tid, Frame::Ours(Ours::UnpinN(0))),
-                        Op::MapP => self.call_driver(tid, DOp::Map(true)),
-                        Op::UnmapP => self.call_driver(tid, DOp::Unmap(true)),
-                        Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
-                        Op::AllocSg => self.threads[tid].ret = Some(Ok(())),
-                        Op::FillSg => {
-                            if !(self.p.table_alive && self.p.mapped) {
-                                self.bug(Bug::DriverUseAfterFree(
-                                    "the SG list was filled from a dead DMA mapping",
-                                ));
-                            }
-                            self.threads[tid].ret = Some(Ok(()));
-                        }
-                        Op::Invalidate { .. } => {
-                            self.push(tid, Frame::HostInvalidate(0));
-                        }
-                        Op::DriverBarrier => self.call_driver(tid, DOp::Barrier),
-                        Op::ProveUnpinN => {
-                            if self.cfg.client == Client::TrustsUnpin {
-                                // The glue of b477f12 had no proof: the owner's 0 was the unpin.
-                                self.threads[tid].ret = Some(Ok(()));
-                            } else {
-                                self.push(tid, Frame::Ours(Ours::ProveUnpinN(0)));
-                            }
-                        }
-                    }
-                }
-                Step::DropDriverRef => self.drop_ref(),
-                Step::HandDriverRefToWork => {
-                    if self.wq_queued {
-                        // Already queued: the queued item holds a reference; drop the driver's.
-                        self.drop_ref();
-                    } else {
-                        self.wq_queued = true;
-                    }
-                    // The callback returns at once, without touching the registration again.
-                    set(self, RunPc::Return(Ok(())));
-                }
-                Step::QueueWork => {
-                    if !self.wq_queued {
-                        self.wq_queued = true;
-                        self.refs += 1;
-                    }
-                }
-                Step::Note(_) => {}
-                Step::Return(r) => {
-                    let r = r.map_err(|refusal| refusal.errno);
-                    if call == Some(HostCall::Release) {
-                        set(self, RunPc::DropHostRef);
-                    } else {
-                        set(self, RunPc::Return(r));
-                    }
-                }
-            },
+            RunPc::Next => {}
             RunPc::Return(_) | RunPc::DropHostRef => unreachable!(),
+        }
+        // Asked again after a step that makes no call (a note, queueing the work item, dropping
+        // the driver's reference), unless the step below says otherwise.
+        set(self, RunPc::Next);
+        let st = self.state.as_mut().unwrap();
+        match st.next(actor) {
+            Step::Call(op) => {
+                set(self, RunPc::Await(op));
+                match op {
+                    Op::PinN => self.push(tid, Frame::Ours(Ours::PinN(0))),
+                    Op::UnpinN => self.push(tid, Frame::Ours(Ours::UnpinN(0))),
+                    Op::MapP => self.call_driver(tid, DOp::Map(true)),
+                    Op::UnmapP => self.call_driver(tid, DOp::Unmap(true)),
+                    Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
+                    Op::AllocSg => self.threads[tid].ret = Some(Ok(())),
+                    Op::FillSg => {
+                        if !(self.p.table_alive && self.p.mapped) {
+                            self.bug(Bug::DriverUseAfterFree(
+                                "the SG list was filled from a dead DMA mapping",
+                            ));
+                        }
+                        self.threads[tid].ret = Some(Ok(()));
+                    }
+                    Op::Invalidate => {
+                        self.push(tid, Frame::HostInvalidate(0));
+                    }
+                    Op::DriverBarrier => self.call_driver(tid, DOp::Barrier),
+                    Op::ProveUnpinN => {
+                        if self.cfg.client == Client::TrustsUnpin {
+                            // The glue of b477f12 had no proof: the owner's 0 was the unpin.
+                            self.threads[tid].ret = Some(Ok(()));
+                        } else {
+                            self.push(tid, Frame::Ours(Ours::ProveUnpinN(0)));
+                        }
+                    }
+                }
+            }
+            Step::DropDriverRef => self.drop_ref(),
+            Step::HandDriverRefToWork => {
+                if self.wq_queued {
+                    // Already queued: the queued item holds a reference; drop the driver's.
+                    self.drop_ref();
+                } else {
+                    self.wq_queued = true;
+                }
+                // The callback returns at once, without touching the registration again.
+                set(self, RunPc::Return(Ok(())));
+            }
+            Step::QueueWork => {
+                if !self.wq_queued {
+                    self.wq_queued = true;
+                    self.refs += 1;
+                }
+            }
+            Step::Note(_) => {}
+            Step::Return(r) => {
+                let r = r.map_err(|refusal| refusal.errno);
+                if call == Some(HostCall::Release) {
+                    set(self, RunPc::DropHostRef);
+                } else {
+                    set(self, RunPc::Return(r));
+                }
+            }
         }
         Some(())
     }
@@ -2053,12 +2068,16 @@ pub fn describe(s: &World, tid: Tid) -> String {
                         (Actor::Callback, _) => "free callback",
                         (Actor::Work, _) => "work item",
                     },
-                    match pc {
-                        RunPc::Begin => "begin (lock)".to_string(),
-                        RunPc::Next => "next step (lock)".to_string(),
-                        RunPc::Await(op) => format!("{op:?} returned: done (lock)"),
-                        RunPc::DropHostRef => "drop the host's reference".to_string(),
-                        RunPc::Return(_) => "return".to_string(),
+                    match (pc, s.cfg.client == Client::Fixed) {
+                        (RunPc::Begin, true) => "begin, next step (one hold of the lock)".to_string(),
+                        (RunPc::Begin, false) => "begin (lock)".to_string(),
+                        (RunPc::Next, _) => "next step (lock)".to_string(),
+                        (RunPc::Await(op), true) => {
+                            format!("{op:?} returned: done, next step (one hold of the lock)")
+                        }
+                        (RunPc::Await(op), false) => format!("{op:?} returned: done (lock)"),
+                        (RunPc::DropHostRef, _) => "drop the host's reference".to_string(),
+                        (RunPc::Return(_), _) => "return".to_string(),
                     }
                 ),
                 Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
