@@ -245,6 +245,14 @@ def fmt_r(r):
     return f"{r:.2f}"
 
 
+def fmt_against(limit, value, bad):
+    """Two decimals, or three where two would show a missed target as the target itself (a 1.004x
+    against at most 1.0x read "1.00 ✗")."""
+    if bad and fmt_r(value) == fmt_r(limit):
+        return lambda r: f"{r:.3f}"
+    return fmt_r
+
+
 def seed_of(*key):
     """A stable seed per figure, so that --report-only reproduces every interval."""
     return sum((i + 1) * ord(ch) for i, ch in enumerate(repr(key))) & 0xFFFFFFFF
@@ -648,10 +656,11 @@ def report(data, meta, boots):
         if f is None:
             return "–"
         bad = limit is not None and (f.value < limit if higher else f.value > limit)
+        fmt = fmt_against(limit, f.value, bad)
         if bad:
-            missed.append(f"{what}: {f.value:.2f}x [{f.ci[0]:.2f}, {f.ci[1]:.2f}] (target "
+            missed.append(f"{what}: {f.fmt(fmt).replace(' [', 'x [', 1)} (target "
                           f"{'at least' if higher else 'at most'} {limit}x)")
-        return f"{f.fmt(fmt_r)} ({f.lo:.2f}–{f.hi:.2f}){' ✗' if bad else ''}"
+        return f"{f.fmt(fmt)} ({fmt(f.lo)}–{fmt(f.hi)}){' ✗' if bad else ''}"
 
     def ratio_table(client, limit_of, every_boot=False):
         """Latency ratios of `client` against nv, a row per size: registration and deregistration,
@@ -1099,6 +1108,9 @@ def check_report():
     assert row.startswith("| 64 KiB | 0.8") and "✗" not in row, row
     assert not missed, missed
     assert "| rs-i | 205 [205, 205] (205–205) | 0.80" in text
+    # A target missed by less than the second decimal is not shown as the target itself.
+    assert fmt_against(1.0, 1.004, True)(1.004) == "1.004" and fmt_against(1.0, 1.02, True)(1.02) == "1.02"
+    assert fmt_against(1.0, 0.996, False)(0.996) == "1.00"
     assert svg.startswith("<svg") and "polyline" in svg
     # A boot the gate rejects is left out, whatever the data file recorded for it at run time.
     for r in d["latp"]:
