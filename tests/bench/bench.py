@@ -691,6 +691,9 @@ def report(data, meta, boots):
         + (f" This report was written from those records by `tests/bench/bench.py --report-only` at commit "
            f"`{meta['report_commit']}`." if meta.get("report_commit", meta["commit"]) != meta["commit"] else ""),
         "",
+        *([f"**This run stopped before it had the accepted boots it wanted: {meta['outcome']}.** "
+           "Its figures are reported all the same, from the boots it accepted, as every run is.", ""]
+          if meta.get("outcome", "complete") != "complete" else []),
         f"**Boots: {len(acc)} accepted, {len(rej)} rejected by the validity gate**"
         + (f" (**fewer than the 5 accepted boots issue 23 asks for**: every figure below rests on {len(acc)})"
            if len(acc) < 5 else "") + " (every boot's records "
@@ -1121,6 +1124,12 @@ def check_report():
                            "counted_runs": 5, "seconds": 1, "mem_n": 100},
                        [(1, "accepted", ""), (2, "accepted", "")])
     assert "**Boots: 1 accepted, 1 rejected" in one and "| 2 | rejected |" in one, one
+    assert "This run stopped" not in one
+    cut, _, _ = report(d, {"commit": "abc", "tree": "clean", "date": "d", "command": "c", "wall": "w",
+                           "machine": "m", "guest": "g", "blocks": 1, "seed": 1, "runs": 5,
+                           "counted_runs": 5, "seconds": 1, "mem_n": 100, "outcome": "2 of 2 boots rejected"},
+                       [(1, "accepted", ""), (2, "accepted", "")])
+    assert "**This run stopped before it had the accepted boots it wanted: 2 of 2 boots rejected.**" in cut
     assert "| 1 | accepted | 12 | 0 |" in one
     import tempfile
     with tempfile.TemporaryDirectory() as t:
@@ -1339,6 +1348,22 @@ def main():
         rng = random.Random(meta["seed"])
         shutil.rmtree(BOOTS, ignore_errors=True)
         boots, notes, n, rejected, guest = [], [], 0, 0, ""
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), platform.machine())
+
+        def summary(outcome):
+            """The run's summary as it stands, saved with every boot: a run cut short keeps it too."""
+            meta.update({
+                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                "wall": f"{time.monotonic() - start:.0f} s for {n} boots ({'; '.join(notes)})",
+                "machine": f"{os.cpu_count()} host cores ({cpu}), QEMU {accel} ({reason}), guest 2 vCPUs, "
+                           f"2 GiB RAM, GPU BAR {a.bar_mib} MiB",
+                "guest": guest,
+                "outcome": outcome,
+            })
+            save_data(DATA, meta, boots)
+
+        stopped = None
         while sum(st == "accepted" for _, st, _, _ in boots) < a.boots:
             n += 1
             order = schedule(rng, a.blocks)
@@ -1359,23 +1384,19 @@ def main():
             status, why = boot_status(parsed, n)
             boots.append((n, status, why, text))
             vm.log(f"bench: boot {n} {status}{': ' + why if why else ''}")
-            # Keep every boot's records as they come: a run cut short still leaves its data.
-            save_data(DATA, meta, boots)
-            if status == "rejected":
-                rejected += 1
-                if rejected > a.max_rejected:
-                    raise SystemExit(f"bench: {rejected} boots rejected by the validity gate; records in "
-                                     f"{DATA} and {BOOTS}")
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), platform.machine())
-        meta.update({
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "wall": f"{time.monotonic() - start:.0f} s for {n} boots ({'; '.join(notes)})",
-            "machine": f"{os.cpu_count()} host cores ({cpu}), QEMU {accel} ({reason}), guest 2 vCPUs, "
-                       f"2 GiB RAM, GPU BAR {a.bar_mib} MiB",
-            "guest": guest,
-        })
-        save_data(DATA, meta, boots)
+            rejected += status == "rejected"
+            if rejected > a.max_rejected:
+                stopped = (f"{rejected} of {n} boots rejected by the validity gate, more than "
+                           f"--max-rejected {a.max_rejected} allows")
+            # Keep every boot's records as they come: a run cut short (stopped here, or killed)
+            # still leaves its data, and says how it ended.
+            accepted = sum(st == "accepted" for _, st, _, _ in boots)
+            summary(stopped or ("complete" if accepted >= a.boots else
+                                f"cut short after boot {n} ({accepted} accepted, {rejected} rejected)"))
+            if stopped:
+                break
+        if stopped and not any(st == "accepted" for _, st, _, _ in boots):
+            raise SystemExit(f"bench: {stopped}, and none accepted; records in {DATA} and {BOOTS}")
     data = merge([parse(t, b) for b, _, _, t in boots])
     text, svg, missed = report(data, meta, [(b, st, why) for b, st, why, _ in boots])
     # A hand-written reading of a run (below NOTES in BENCHMARKS.md) is kept, marked as such.
@@ -1386,6 +1407,9 @@ def main():
     SVG.write_text(svg)
     vm.log(f"bench: wrote {DOC} and {SVG}{'' if a.report_only else f', with every record in {DATA}'}; {len(missed)} target(s) missed; "
            f"{time.monotonic() - start:.0f} s")
+    if meta.get("outcome", "complete") != "complete":
+        # The report is written, and says so at its top; the run still failed.
+        raise SystemExit(f"bench: the run stopped: {meta['outcome']}; records in {DATA}")
     return 0
 
 
