@@ -53,7 +53,7 @@ use crate::kapi::{self, SharedMutex, StaticMutex, StaticMutexGuard};
 use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, EIO as EIO_NR, ENOMEM as ENOMEM_NR};
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    Actor, Commit, Event, HostCall, NPin, Op, Refusal, Registration, Step, Violation,
+    Actor, Commit, Event, HostCall, Op, Refusal, Registration, Step, Violation,
 };
 use crate::logic::tables;
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
@@ -197,10 +197,11 @@ fn lock_n_pins(t: Timing) -> Held<StaticMutexGuard<'static, ()>> {
 // registrations' pins and unpins of N wait for it here. The driver's own order is `ldata_lock` ->
 // RM API lock, and no holder of `ldata_lock` takes this lock.)
 //
-// Protects: nothing but that order; no data. Taken by `Op::PinN`, `Op::UnpinN` and
-// `Op::ProveUnpinN`, around the driver calls, and by acquire around its persistent pin; never in
-// the free callback, never with the registration lock held (that lock is taken and dropped inside
-// it). Order: the host's `peer_memory_mutex` (held around acquire, [OFED-CLIENT-MUTEX]) ->
+// Protects: nothing but that order; no data. Taken around the driver calls of the ops the state
+// machine says take it (`Op::takes_n_pins`: `Op::PinN`, `Op::UnpinN` and `Op::ProveUnpinN`; the
+// last two made only if, under it, `Registration::still_to_make` still says so), and by acquire
+// around its persistent pin; never in the free callback, never with the registration lock held
+// (that lock is taken and dropped inside it). Order: the host's `peer_memory_mutex` (held around acquire, [OFED-CLIENT-MUTEX]) ->
 // `N_PINS` -> the driver's RM API lock (taken inside get_pages / put_pages). The three ops are
 // made only where the state machine allows taking the API lock (`Op::takes_driver_api_lock`), and
 // acquire holds no mapping lock (the host has no memory region yet), so a task waiting here holds
@@ -309,6 +310,18 @@ impl RegCtx {
         let range = self.range();
         let t = args.t;
         let errno = |e: Error| -e.to_errno();
+        // `N_PINS` where the state machine says (see the lock's rules above), and under it the
+        // state machine asked again whether a call that names N's table is still to be made.
+        let _n_pins = op.takes_n_pins().then(|| lock_n_pins(t));
+        let n = if op.asked_again() {
+            let g = self.lock(t);
+            if !g.state.still_to_make(op) {
+                return (out, Ok(()));
+            }
+            g.n
+        } else {
+            None
+        };
         let result = match op {
             Op::PinN => {
                 // N tells us the memory is going away, nothing else: one GPU page of the range is
@@ -316,7 +329,6 @@ impl RegCtx {
                 // lies in one allocation), and costs one 64 KiB BAR1 extent instead of a second
                 // mapping of the whole range.
                 let range = range.first_page();
-                let _n_pins = lock_n_pins(t);
                 let data = ForeignRef::give(Arc::from(self));
                 let data_ptr = data.as_ptr();
                 self.lock(t).driver_ref = Some(data);
@@ -331,31 +343,11 @@ impl RegCtx {
                 let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr, t) };
                 key.map(|key| self.lock(t).n = Some(key)).map_err(errno)
             }
-            Op::UnpinN => {
-                let _n_pins = lock_n_pins(t);
-                let key = {
-                    let g = self.lock(t);
-                    // Torn down by the driver's callback since the state machine asked: the
-                    // table may be freed and its address another pin's (see `N_PINS`). The
-                    // state machine ignores this call's result once N is torn down.
-                    if g.state.n_pin() != NPin::Unpinning {
-                        None
-                    } else {
-                        g.n
-                    }
-                };
-                match key {
-                    Some(key) => nvidia::put_pages(range.first_page(), key, t).map_err(errno),
-                    None => Ok(()),
-                }
-            }
+            Op::UnpinN => match n {
+                Some(key) => nvidia::put_pages(range.first_page(), key, t).map_err(errno),
+                None => Ok(()),
+            },
             Op::ProveUnpinN => {
-                let _n_pins = lock_n_pins(t);
-                // Torn down by the driver's callback since the state machine asked: the callback
-                // has N and our reference, and the state machine ignores this call's result.
-                if self.lock(t).state.n_pin() != NPin::Proving {
-                    return (out, Ok(()));
-                }
                 // A lookup of the memory by this process, as put_pages of N will make: a
                 // persistent pin of one GPU page (no callback; with the persistent API, which the
                 // invalidating flavour needs, its unpin does not depend on the caller), under

@@ -190,6 +190,19 @@ impl Op {
             Op::PinN | Op::UnpinN | Op::ProveUnpinN | Op::MapP | Op::UnpinP | Op::DriverBarrier
         )
     }
+
+    /// Is this call made under `N_PINS`, the module-wide lock of the notification pins' keys
+    /// (src/client.rs gives its rules)? Our pins and unpins of N, and the proof's persistent pin:
+    /// no pin of ours may take a table address that a stale unpin names.
+    pub fn takes_n_pins(self) -> bool {
+        matches!(self, Op::PinN | Op::UnpinN | Op::ProveUnpinN)
+    }
+
+    /// Is this call made only if, asked again under `N_PINS`, [`Registration::still_to_make`]
+    /// still says so? The two that name N's table to the driver after N may have been torn down.
+    pub fn asked_again(self) -> bool {
+        matches!(self, Op::UnpinN | Op::ProveUnpinN)
+    }
 }
 
 /// Something the glue counts or explains; it needs no answer.
@@ -613,6 +626,20 @@ impl Registration {
     pub fn begin_work(&mut self) {
         self.work_queued = false;
         self.work_running = true;
+    }
+
+    /// Asked again under `N_PINS`, right before the driver call of `op`: is it still to be made?
+    /// Between the step that asked for the call and `N_PINS`, the driver's free callback may have
+    /// torn N down (it marks N torn down before the driver frees N's table): N's table may then be
+    /// freed and its address another pin's, so no put_pages of N; and no proof, since the callback
+    /// has N and the driver's reference. The result of a call not made is `Ok`, which
+    /// [`Registration::done`] ignores once N is torn down.
+    pub fn still_to_make(&self, op: Op) -> bool {
+        match op {
+            Op::UnpinN => self.n == NPin::Unpinning,
+            Op::ProveUnpinN => self.n == NPin::Proving,
+            _ => true,
+        }
     }
 
     /// The next step for `actor`.
@@ -1435,6 +1462,29 @@ mod tests {
             r.begin(HostCall::Release, OWNER),
             Err(Violation::OutOfOrder)
         );
+    }
+
+    #[test]
+    fn a_callback_before_n_pins_cancels_the_proof_and_the_unpin_it_overtook() {
+        for overtaken in [Op::ProveUnpinN, Op::UnpinN] {
+            let mut r = mapped(Flavour::Invalidating);
+            host(&mut r, HostCall::DmaUnmap, OWNER);
+            r.begin(HostCall::PutPages, OWNER).unwrap();
+            assert_eq!(r.next(Actor::Host), Step::Call(Op::ProveUnpinN));
+            if overtaken == Op::UnpinN {
+                assert_eq!(
+                    r.done(Actor::Host, Op::ProveUnpinN, Ok(())),
+                    Commit::Nothing
+                );
+                assert_eq!(r.next(Actor::Host), Step::Call(Op::UnpinN));
+            }
+            assert!(overtaken.takes_n_pins() && overtaken.asked_again());
+            assert!(r.still_to_make(overtaken));
+            // The free callback, before the host's task got N_PINS.
+            assert!(r.begin_callback());
+            assert!(!r.still_to_make(overtaken), "{overtaken:?}");
+            assert!(r.still_to_make(Op::UnpinP));
+        }
     }
 
     #[test]

@@ -1688,8 +1688,11 @@ impl World {
             0 => {
                 self.enter_n_pins(tid, self.models_n_pins())?;
                 self.our_code(true, "put_pages of N");
-                let unpinning =
-                    self.state.as_ref().expect("registration").n_pin() == reg::NPin::Unpinning;
+                let unpinning = self
+                    .state
+                    .as_ref()
+                    .expect("registration")
+                    .still_to_make(Op::UnpinN);
                 match self.n_key {
                     Some(key) if unpinning || !self.models_n_pins() => {
                         self.set_pc(tid, Frame::Ours(Ours::UnpinN(1)));
@@ -1725,8 +1728,11 @@ impl World {
             0 => {
                 self.enter_n_pins(tid, self.models_n_pins_around_p())?;
                 self.our_code(true, "the proof of the unpin of N");
-                let proving =
-                    self.state.as_ref().expect("registration").n_pin() == reg::NPin::Proving;
+                let proving = self
+                    .state
+                    .as_ref()
+                    .expect("registration")
+                    .still_to_make(Op::ProveUnpinN);
                 if proving {
                     self.set_pc(tid, Frame::Ours(Ours::ProveUnpinN(1)));
                     self.call_driver(tid, DOp::ProbePin);
