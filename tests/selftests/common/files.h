@@ -54,4 +54,28 @@ static inline long long read_number(const char *path)
 	return strtoll(buf, NULL, 0);
 }
 
+/*
+ * In a file of "NAME NUMBER [NUMBER]" lines (peermem-rs's debugfs stats and time files, up to
+ * 16 KiB): the line NAME, its first number in *@first and its second, if @second, in *@second
+ * (0 when the line has none). 1 found, 0 no such line, -errno when the file cannot be read.
+ */
+static inline int read_named(const char *path, const char *name, long long *first, long long *second)
+{
+	char buf[16384], *line, *end;
+	size_t len = strlen(name);
+	int rc = read_text(path, buf, sizeof(buf));
+
+	if (rc)
+		return rc;
+	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+		if (strncmp(line, name, len) || line[len] != ' ')
+			continue;
+		*first = strtoll(line + len + 1, &end, 10);
+		if (second)
+			*second = strtoll(end, NULL, 10);
+		return 1;
+	}
+	return 0;
+}
+
 #endif

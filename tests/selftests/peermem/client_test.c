@@ -32,15 +32,9 @@
 /* A counter of peermem-rs's debugfs stats file; -1 if missing. */
 static long long peermem_stat(const char *key)
 {
-	char buf[4096], *line;
-	size_t klen = strlen(key);
+	long long v;
 
-	if (read_text(PEERMEM_STATS, buf, sizeof(buf)))
-		return -1;
-	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-		if (!strncmp(line, key, klen) && line[klen] == ' ')
-			return strtoll(line + klen + 1, NULL, 10);
-	return -1;
+	return read_named(PEERMEM_STATS, key, &v, NULL) == 1 ? v : -1;
 }
 
 /* Polls a counter for up to 2 s: what our work item does after a callback is not synchronous. */
@@ -648,24 +642,18 @@ TEST_F(gpu, statistics_follow_registrations)
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
 }
 
-/* A line "NAME CALLS NS" of peermem-rs's time file: its calls (and ns), or 0 when it has no line. */
+/*
+ * A line "NAME CALLS NS" of peermem-rs's time file: its calls (and ns), 0 when it has no line, -1
+ * when the file cannot be read.
+ */
 static long long time_calls(const char *name, long long *ns)
 {
-	char buf[16384], *line;
-	size_t nlen = strlen(name);
+	long long calls = 0;
+	int found;
 
 	*ns = 0;
-	if (read_text(PEERMEM_TIME, buf, sizeof(buf)))
-		return -1;
-	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-		if (!strncmp(line, name, nlen) && line[nlen] == ' ') {
-			char *end;
-			long long calls = strtoll(line + nlen + 1, &end, 10);
-
-			*ns = strtoll(end, NULL, 10);
-			return calls;
-		}
-	return 0;
+	found = read_named(PEERMEM_TIME, name, &calls, ns);
+	return found < 0 ? -1 : found ? calls : 0;
 }
 
 /* Whether the time file has any line but the clock's calibration (timing.*): something counted. */

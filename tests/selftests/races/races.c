@@ -71,17 +71,14 @@ static int __attribute__((unused)) legacy(void)
 	return param("peerdirect_support") == 1;
 }
 
+/* A counter of peermem-rs's debugfs stats file; -1 if missing, or the client is not ours. */
 static long long client_stat(const char *key)
 {
-	char buf[4096], *line;
-	size_t klen = strlen(key);
+	long long v;
 
-	if (!ours() || read_text("/sys/kernel/debug/peermem_rs/stats", buf, sizeof(buf)))
+	if (!ours() || read_named("/sys/kernel/debug/peermem_rs/stats", key, &v, NULL) != 1)
 		return -1;
-	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
-		if (!strncmp(line, key, klen) && line[klen] == ' ')
-			return strtoll(line + klen + 1, NULL, 10);
-	return -1;
+	return v;
 }
 
 static void sleep_ms(unsigned int ms)
