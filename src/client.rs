@@ -311,7 +311,7 @@ impl RegCtx {
         let t = args.t;
         let errno = |e: Error| -e.to_errno();
         // `N_PINS` where the state machine says (see the lock's rules above), and under it the
-        // state machine asked again whether a call that names N's table is still to be made.
+        // state machine asked again whether N's unpin, or its proof, is still to be made.
         let _n_pins = op.takes_n_pins().then(|| lock_n_pins(t));
         let n = if op.asked_again() {
             let g = self.lock(t);
@@ -378,6 +378,8 @@ impl RegCtx {
             }
             Op::AllocSg => {
                 let sg = t.time(timing::Step::SgAlloc, || SgEntries::alloc(range.pages()));
+                // Entries of an earlier dma_map that failed (never published) are freed here, with
+                // the lock dropped, when the new ones take their place.
                 sg.map(|sg| out.sg = Some(sg)).map_err(errno)
             }
             Op::MapP => match (args.peer.take(), &out.p) {
@@ -385,7 +387,6 @@ impl RegCtx {
                     .dma_map(&peer, t)
                     .map(|mapping| out.mapping = Some((peer, mapping)))
                     .map_err(errno),
-                // P is reserved for this dma_map by the state machine: nobody takes it meanwhile.
                 _ => Err(EINVAL_NR),
             },
             Op::FillSg => {
@@ -432,9 +433,10 @@ impl RegCtx {
 
 /// What a call of the state machine takes out of the registration, under the lock, for the time
 /// it runs with the lock dropped, and what it made meanwhile: put back under the lock, before
-/// the result is reported. The state machine keeps anyone else from the same handles meanwhile
-/// (P is reserved for one call at a time, `p_busy`; the SG entries and the mapping belong to the
-/// host's call in flight).
+/// the result is reported. The state machine keeps anyone else from the same handles meanwhile: P
+/// and its mapping are reserved for one call at a time, whoever makes it (`p_busy`: a dma_map
+/// holds P from its allocation of SG entries to its commit); the SG entries belong to the host's
+/// dma_map in flight, and release.
 #[derive(Default)]
 struct Handles {
     p: Option<PersistentPin>,
@@ -467,15 +469,21 @@ impl Handles {
                 core_context: g.state.core_context(),
                 ..Self::default()
             },
-            Op::PinN | Op::UnpinN | Op::ProveUnpinN | Op::DriverBarrier | Op::AllocSg => {
-                Self::default()
-            }
+            // What an earlier dma_map that failed left: replaced by the call, and so freed with the
+            // lock dropped (`put_back` never has to replace a handle under the lock).
+            Op::AllocSg => Self {
+                sg: g.sg.take(),
+                ..Self::default()
+            },
+            Op::PinN | Op::UnpinN | Op::ProveUnpinN | Op::DriverBarrier => Self::default(),
         }
     }
 
     /// Puts back into `g` what is left of what was taken, and what the call made (the SG entries
     /// of `AllocSg`, the mapping of `MapP`); a handle the call used up (P after `UnpinP`, the
-    /// mapping after `UnmapP`) stays gone.
+    /// mapping after `UnmapP`) stays gone. Each goes into a field [`Handles::take`] emptied for
+    /// this call (the state machine lets no other call fill it meanwhile), so nothing is dropped
+    /// under the lock.
     fn put_back(self, g: &mut Inner) {
         if self.p.is_some() {
             g.p = self.p;

@@ -199,7 +199,8 @@ impl Op {
     }
 
     /// Is this call made only if, asked again under `N_PINS`, [`Registration::still_to_make`]
-    /// still says so? The two that name N's table to the driver after N may have been torn down.
+    /// still says so? The two that a free callback makes pointless or unsafe: the unpin names N's
+    /// table, which the driver frees when the callback returns; the proof is for that unpin.
     pub fn asked_again(self) -> bool {
         matches!(self, Op::UnpinN | Op::ProveUnpinN)
     }

@@ -163,8 +163,9 @@ pub enum Client {
     UnlockedP,
     /// The `Fixed` glue at commit b477f12 (the parent of the fix, 6c0a72f, that added
     /// `Op::ProveUnpinN`; bfdb43e between them changed only the test stand-in): no proof; the
-    /// owner's 0 from put_pages of N taken as the unpin. Here: the `Fixed` glue, which answers
-    /// `Op::ProveUnpinN` with Ok at once, without any driver call.
+    /// owner's 0 from put_pages of N taken as the unpin. Here: the `Fixed` glue with a lock round
+    /// trip per state-machine call, as it was then, which answers `Op::ProveUnpinN` with Ok at
+    /// once, without any driver call.
     TrustsUnpin,
 }
 

@@ -61,13 +61,13 @@ static inline long long read_number(const char *path)
  */
 static inline int read_named(const char *path, const char *name, long long *first, long long *second)
 {
-	char buf[16384], *line, *end;
+	char buf[16384], *line, *end, *save;
 	size_t len = strlen(name);
 	int rc = read_text(path, buf, sizeof(buf));
 
 	if (rc)
 		return rc;
-	for (line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		if (strncmp(line, name, len) || line[len] != ' ')
 			continue;
 		*first = strtoll(line + len + 1, &end, 10);
