@@ -516,10 +516,10 @@ def where_time_goes(data, accs, sizes, lat):
              "(each entry point's total minus the provider calls, the host's invalidate and sleeps "
              "made from it; for nv not measurable, –). Rest: total minus provider minus client: the "
              "host stand-in, the ioctl and, for nv, nvidia-peermem's own code. The accounting is not "
-             "free: each timed step reads the clock twice, about 120 reads in a 64 KiB registration of "
-             "rs-i, all inside \"client\" and not subtracted (the cost of one read is below when the run "
-             "recorded the time file's `timing.clock_read` calibration, which the bench.c of c225cc9 "
-             "did not print); compare \"Back to back against counted\" "
+             "free: each timed step reads the clock about twice, all inside \"client\" and not subtracted "
+             "(how many steps a registration times, and the cost of one read when the run recorded the "
+             "time file's `timing.clock_read` calibration, which the bench.c of c225cc9 did not print, "
+             "are below the table); compare \"Back to back against counted\" "
              "below. \"Client\" also includes waits for `N_PINS` and the registration lock, which "
              "under concurrency hold other registrations' driver calls; these runs have one thread.", ""]
     cnt, stp = counted_groups(data, accs), {}
@@ -550,9 +550,16 @@ def where_time_goes(data, accs, sizes, lat):
     lines.append("")
     reads = [s["timing.clock_read"][1] / s["timing.clock_read"][0] for v in stp.values() for s in v
              if s.get("timing.clock_read", (0, 0))[0]]
-    if reads:
-        lines += [f"One clock read (the time file's `timing.clock_read` calibration, median of "
-                  f"{len(reads)} readings): {median(reads):.0f} ns.", ""]
+    spans = [sum(c for n, (c, _) in st.items() if step_kind(n) not in ("own", "calibration"))
+             for st in stp.get(("rs-i", 0, 64 << 10, "reg"), [])]
+    if spans:
+        lines += [f"Timed steps in a 64 KiB registration of rs-i (cost model off, median of the counted "
+                  f"runs, every entry point and nested step counted): {median(spans):.0f}, so about "
+                  f"{2 * median(spans):.0f} clock reads."
+                  + (f" One clock read (the time file's `timing.clock_read` calibration, median of "
+                     f"{len(reads)} readings): {median(reads):.0f} ns, about "
+                     f"{2 * median(spans) * median(reads) / 1000:.1f} µs of such a registration's \"client\"."
+                     if reads else ""), ""]
     names = sorted({n for v in stp.values() for s in v for n in s if step_kind(n) != "calibration"})
     if names:
         show = [z for z in sizes if z in (64 << 10, 1 << 20, 16 << 20, 1 << 30)] or sizes
