@@ -18,7 +18,7 @@
 #   make bench     registration latency, throughput and memory of peermem-rs against NVIDIA's
 #                  nvidia-peermem on a non-debug kernel, cost model off and on, in five boots or
 #                  more (about 8 minutes each); writes BENCHMARKS.md with every boot's records in
-#                  BENCHMARKS.data.gz (tests/bench/bench.py, BENCH_ARGS; not part of make check)
+#                  BENCHMARKS.data.xz (tests/bench/bench.py, BENCH_ARGS; not part of make check)
 #
 # On a GPU node (see "Installing on a GPU node" in README.md):
 #   make KDIR=/lib/modules/$(uname -r)/build     build for a real kernel; packaging/configure.sh finds

@@ -55,7 +55,7 @@ def source_state():
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     status = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--",
                              ".", ":!docs", ":!BENCHMARKS.md", ":!BENCHMARKS.svg",
-                             ":!BENCHMARKS.data.gz"],
+                             ":!BENCHMARKS.data.xz"],
                             capture_output=True, text=True)
     if head.returncode != 0:
         return "unknown (not a git checkout)"
