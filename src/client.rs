@@ -434,8 +434,8 @@ impl RegCtx {
 /// What a call of the state machine takes out of the registration, under the lock, for the time
 /// it runs with the lock dropped, and what it made meanwhile: put back under the lock, before
 /// the result is reported. The state machine keeps anyone else from the same handles meanwhile: P
-/// and its mapping are reserved for one call at a time, whoever makes it (`p_busy`: a dma_map
-/// holds P from its allocation of SG entries to its commit); the SG entries belong to the host's
+/// and its mapping are reserved for one call at a time, whoever makes it (the state's `PUse`: a
+/// dma_map holds P from its allocation of SG entries to its commit); the SG entries belong to the host's
 /// dma_map in flight, and release.
 #[derive(Default)]
 struct Handles {

@@ -371,10 +371,29 @@ enum CallbackStage {
     Invalidating,
     /// The host's invalidate returned.
     Invalidated,
-    /// Hand over to the work item and return.
-    Finish,
+    /// Hand over to the work item and return. `invalidated`: the host's invalidate was called
+    /// for this registration. An "ex" host (`PEER_MEM_INVALIDATE_UNMAPS`) then calls neither
+    /// dma_unmap nor put_pages for it before release (peer_mem.c: the MR is marked invalidated
+    /// and its deregistration skips the unmap).
+    Finish {
+        invalidated: bool,
+    },
     /// Returned (the driver calls a pin back at most once).
-    Done,
+    Done {
+        invalidated: bool,
+    },
+}
+
+impl CallbackStage {
+    /// Has the host's invalidate been called (and returned) for this registration?
+    fn invalidated(self) -> bool {
+        matches!(
+            self,
+            CallbackStage::Invalidated
+                | CallbackStage::Finish { invalidated: true }
+                | CallbackStage::Done { invalidated: true }
+        )
+    }
 }
 
 /// What an actor has to tell the glue before its next call or answer: the glue's side effects
@@ -401,6 +420,104 @@ impl Pending {
     }
 }
 
+/// The persistent pin P, which acquire takes and the registration maps for the host's device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PPin {
+    /// Pinned. `release`: P is to be unpinned (the host let go, or the callback took over for a
+    /// host that will not).
+    Held { using: PUse, release: bool },
+    /// `UnpinP` returned (unpinned, or refused by the driver: then the pin stays the driver's,
+    /// and no callback can come of a persistent pin).
+    Gone,
+}
+
+/// What is being done with a held P: one call at a time, whoever makes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PUse {
+    /// Not mapped, no call on it.
+    Idle,
+    /// Reserved by a dma_map: `AllocSg` or `MapP` in flight.
+    Mapping,
+    /// `MapP` succeeded; P stays reserved for that dma_map until its `FillSg` is reported.
+    MappedReserved,
+    /// DMA-mapped for the host's device, no call on it.
+    Mapped,
+    /// `UnmapP` in flight.
+    Unmapping,
+    /// `UnpinP` in flight.
+    Unpinning,
+}
+
+impl PPin {
+    fn held(self) -> bool {
+        matches!(self, PPin::Held { .. })
+    }
+    /// Held and being used as `u`.
+    fn is(self, u: PUse) -> bool {
+        matches!(self, PPin::Held { using, .. } if using == u)
+    }
+    fn mapped(self) -> bool {
+        matches!(
+            self,
+            PPin::Held {
+                using: PUse::MappedReserved | PUse::Mapped | PUse::Unmapping,
+                ..
+            }
+        )
+    }
+    /// Held and to be unpinned.
+    fn to_release(self) -> bool {
+        matches!(self, PPin::Held { release: true, .. })
+    }
+    fn set(&mut self, u: PUse) {
+        if let PPin::Held { using, .. } = self {
+            *using = u;
+        }
+    }
+    fn mark_release(&mut self) {
+        if let PPin::Held { release, .. } = self {
+            *release = true;
+        }
+    }
+}
+
+/// Our work item, as the workqueue runs it: queueing a running item queues it again, and the
+/// kernel never runs one item twice at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum WorkRun {
+    Idle,
+    Queued,
+    Running,
+    /// Running, and queued again.
+    RunningQueued,
+}
+
+impl WorkRun {
+    fn queued(self) -> bool {
+        matches!(self, WorkRun::Queued | WorkRun::RunningQueued)
+    }
+    fn queue(&mut self) {
+        *self = match *self {
+            WorkRun::Running | WorkRun::RunningQueued => WorkRun::RunningQueued,
+            WorkRun::Idle | WorkRun::Queued => WorkRun::Queued,
+        };
+    }
+}
+
+/// The work item's wait for the teardown that called us back (`DriverBarrier`), before it lets
+/// go of the reference the callback handed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Barrier {
+    /// None due. `failed`: barriers that failed in a row before the one in flight, if one is
+    /// (reset by one that succeeds; [`BARRIER_TRIES`] once the work item kept its reference).
+    NotDue { failed: u8 },
+    /// Due, after `failed` failures in a row.
+    Due { failed: u8 },
+    /// [`BARRIER_TRIES`] barriers failed: nothing shows the teardown has returned, so the work
+    /// item keeps its reference for good (taken by [`Registration::take_keep`]).
+    GaveUp,
+}
+
 /// The state of one registration. See the module documentation for the rules.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Registration {
@@ -409,38 +526,17 @@ pub struct Registration {
     owner: Tgid,
     core_context: u64,
     phase: Phase,
-    /// The persistent pin P is held (taken by acquire; until `UnpinP` returns).
-    p_held: bool,
-    /// A call on P (map, unmap, unpin) is in flight, or P is reserved by a dma_map from its
-    /// allocation to its commit. One at a time, whoever makes it.
-    p_busy: Option<Op>,
-    /// P is DMA-mapped for the host's device.
-    mapped: bool,
-    /// P is to be unpinned (the host let go, or the callback took over for a host that will not).
-    release_p: bool,
+    p: PPin,
+    /// The non-persistent pin N (invalidating flavour). While N may be called back, and until
+    /// its callback has handed over, the driver holds the reference handed over with `PinN`
+    /// ([`Registration::driver_holds_ref`]).
     n: NPin,
-    /// The driver holds the reference handed over with `PinN`.
-    driver_ref: bool,
     callback: CallbackStage,
     host: Option<HostActivity>,
     host_pending: Pending,
     work_pending: Pending,
-    /// The work item is queued (it will look at the state when it runs).
-    work_queued: bool,
-    /// The work item is running.
-    work_running: bool,
-    /// A callback handed its reference to the work item: the work item waits for the teardown
-    /// that called it to finish (`DriverBarrier`) before it lets that reference go.
-    barrier_pending: bool,
-    /// `DriverBarrier`s that failed in a row (reset by one that succeeds).
-    barrier_failures: u8,
-    /// [`BARRIER_TRIES`] barriers failed: nothing shows the teardown has returned, so the work
-    /// item keeps its reference for good (taken by [`Registration::take_keep`]).
-    keep: bool,
-    /// The host's invalidate was called for this registration. An "ex" host
-    /// (`PEER_MEM_INVALIDATE_UNMAPS`) then calls neither dma_unmap nor put_pages for it before
-    /// release (peer_mem.c: the MR is marked invalidated and its deregistration skips the unmap).
-    invalidated: bool,
+    work: WorkRun,
+    barrier: Barrier,
 }
 
 impl Registration {
@@ -452,22 +548,17 @@ impl Registration {
             owner,
             core_context: 0,
             phase: Phase::Acquired,
-            p_held: true,
-            p_busy: None,
-            mapped: false,
-            release_p: false,
+            p: PPin::Held {
+                using: PUse::Idle,
+                release: false,
+            },
             n: NPin::None,
-            driver_ref: false,
             callback: CallbackStage::Idle,
             host: None,
             host_pending: Pending::default(),
             work_pending: Pending::default(),
-            work_queued: false,
-            work_running: false,
-            barrier_pending: false,
-            barrier_failures: 0,
-            keep: false,
-            invalidated: false,
+            work: WorkRun::Idle,
+            barrier: Barrier::NotDue { failed: 0 },
         }
     }
 
@@ -490,17 +581,20 @@ impl Registration {
     pub fn n_pin(&self) -> NPin {
         self.n
     }
-    /// Does the driver hold a reference to this registration (as a callback's `data`)?
+    /// Does the driver hold a reference to this registration (as a callback's `data`)? From
+    /// `PinN` while N may be called back, and through a callback until it hands the reference
+    /// to the work item.
     pub fn driver_holds_ref(&self) -> bool {
-        self.driver_ref
+        self.n.armed()
+            || (self.n == NPin::TornDown && !matches!(self.callback, CallbackStage::Done { .. }))
     }
     /// Is P still pinned?
     pub fn holds_persistent_pin(&self) -> bool {
-        self.p_held
+        self.p.held()
     }
     /// Is P DMA-mapped?
     pub fn is_mapped(&self) -> bool {
-        self.mapped
+        self.p.mapped()
     }
     /// Is a free callback of this registration running?
     pub fn callback_running(&self) -> bool {
@@ -509,7 +603,7 @@ impl Registration {
             CallbackStage::Start
                 | CallbackStage::Invalidating
                 | CallbackStage::Invalidated
-                | CallbackStage::Finish
+                | CallbackStage::Finish { .. }
         )
     }
     /// Is a host call between its steps?
@@ -518,14 +612,12 @@ impl Registration {
     }
     /// Is the work item queued or running?
     pub fn work_pending(&self) -> bool {
-        self.work_queued || self.work_running || self.barrier_pending
+        self.work != WorkRun::Idle || matches!(self.barrier, Barrier::Due { .. })
     }
     /// Nothing of the driver's is held any more and no actor is busy.
     pub fn quiescent(&self) -> bool {
-        !self.p_held
-            && !self.mapped
-            && !self.driver_ref
-            && !self.n.armed()
+        !self.p.held()
+            && !self.driver_holds_ref()
             && self.host.is_none()
             && !self.callback_running()
             && !self.work_pending()
@@ -573,7 +665,7 @@ impl Registration {
             HostCall::PutPages => match self.phase {
                 Phase::Pinned | Phase::Mapped | Phase::Unmapped => {
                     self.phase = Phase::Unpinned;
-                    self.release_p = true;
+                    self.p.mark_release();
                 }
                 // After a failed get_pages the host does not call put_pages; harmless if it does.
                 Phase::Acquired => {}
@@ -583,7 +675,7 @@ impl Registration {
                 if self.phase == Phase::Released {
                     return Err(Violation::OutOfOrder);
                 }
-                if !self.invalidated
+                if !self.callback.invalidated()
                     && matches!(self.phase, Phase::Pinned | Phase::Mapped | Phase::Unmapped)
                 {
                     // Pinned for the host and never put, and not invalidated (after which an
@@ -591,7 +683,7 @@ impl Registration {
                     self.host_pending.note = Some(Event::ReleasedWithoutPutPages);
                 }
                 self.phase = Phase::Released;
-                self.release_p = true;
+                self.p.mark_release();
             }
         }
         self.host = Some(HostActivity {
@@ -606,7 +698,6 @@ impl Registration {
     /// registration, or no pin of ours the driver could call back for): return at once.
     pub fn begin_callback(&mut self) -> bool {
         if self.flavour != Flavour::Invalidating
-            || !self.driver_ref
             || !self.n.armed()
             || self.callback != CallbackStage::Idle
         {
@@ -620,13 +711,18 @@ impl Registration {
     /// Must the work item keep its reference for good ([`BARRIER_TRIES`] barriers failed)? True
     /// once: the one reference kept is the running work item's.
     pub fn take_keep(&mut self) -> bool {
-        core::mem::take(&mut self.keep)
+        if self.barrier != Barrier::GaveUp {
+            return false;
+        }
+        self.barrier = Barrier::NotDue {
+            failed: BARRIER_TRIES,
+        };
+        true
     }
 
     /// The work item started running.
     pub fn begin_work(&mut self) {
-        self.work_queued = false;
-        self.work_running = true;
+        self.work = WorkRun::Running;
     }
 
     /// Asked again under `N_PINS`, right before the driver call of `op`: is it still to be made?
@@ -661,19 +757,13 @@ impl Registration {
         match op {
             Op::MapP if result.is_ok() => {
                 // P stays reserved for this dma_map until its commit (FillSg).
-                self.mapped = true;
+                self.p.set(PUse::MappedReserved);
             }
-            Op::MapP | Op::UnmapP => {
-                if op == Op::UnmapP {
-                    self.mapped = false;
-                }
-                self.p_busy = None;
-            }
+            Op::MapP | Op::UnmapP => self.p.set(PUse::Idle),
             Op::UnpinP => {
                 // A refused unpin of P is not retried: the pin stays with the driver (no callback
                 // can come of a persistent pin), and the event says so.
-                self.p_held = false;
-                self.p_busy = None;
+                self.p = PPin::Gone;
                 let note = match result {
                     Ok(()) => Event::Unpinned,
                     Err(errno) => Event::UnpinPFailed(errno),
@@ -690,28 +780,31 @@ impl Registration {
             Actor::Callback => {
                 if op == Op::Invalidate {
                     self.callback = CallbackStage::Invalidated;
-                    self.invalidated = true;
                 }
                 Commit::Nothing
             }
             Actor::Work => {
                 if op == Op::DriverBarrier {
-                    match result {
-                        Ok(()) => self.barrier_failures = 0,
+                    let failed = match self.barrier {
+                        Barrier::NotDue { failed } | Barrier::Due { failed } => failed,
+                        Barrier::GaveUp => BARRIER_TRIES,
+                    };
+                    self.barrier = match result {
+                        Ok(()) => Barrier::NotDue { failed: 0 },
                         Err(errno) => {
                             // The driver failed before or after taking its API lock: it may not
                             // have waited. Ask again, a bounded number of times (each failure
                             // after the lock is a WARN in nv-p2p.c); then keep the reference
                             // rather than free the registration under a callback.
-                            self.barrier_failures = self.barrier_failures.saturating_add(1);
-                            if self.barrier_failures < BARRIER_TRIES {
-                                self.barrier_pending = true;
+                            let failed = failed.saturating_add(1);
+                            if failed < BARRIER_TRIES {
+                                Barrier::Due { failed }
                             } else {
-                                self.keep = true;
                                 self.work_pending.note = Some(Event::BarrierFailed(errno));
+                                Barrier::GaveUp
                             }
                         }
-                    }
+                    };
                 }
                 Commit::Nothing
             }
@@ -747,8 +840,8 @@ impl Registration {
             HostStage::Undoing(_) => Step::Call(Op::UnmapP),
             HostStage::Finish(result) => self.host_return(result),
             HostStage::Undo(refusal) => {
-                if self.mapped && self.p_busy.is_none() {
-                    self.p_busy = Some(Op::UnmapP);
+                if self.p.is(PUse::Mapped) {
+                    self.p.set(PUse::Unmapping);
                     self.set_host_stage(HostStage::Undoing(refusal));
                     return Step::Call(Op::UnmapP);
                 }
@@ -763,8 +856,8 @@ impl Registration {
                         self.host_return(Ok(()))
                     }
                     Flavour::Invalidating => {
+                        // The glue hands the driver a reference with the call.
                         self.n = NPin::Pinning;
-                        self.driver_ref = true;
                         self.host_call(Op::PinN)
                     }
                 },
@@ -772,17 +865,17 @@ impl Registration {
                     if self.n == NPin::TornDown || self.callback_running() {
                         return self.host_return(Err(FREED));
                     }
-                    if !self.p_held || self.mapped || self.p_busy.is_some() {
+                    if !self.p.is(PUse::Idle) {
                         // Not reachable: P is the host's alone until the registration is Mapped.
                         return self.host_return(Err(Refusal::new(EINVAL, Cause::HostProtocol)));
                     }
                     // P is reserved for this dma_map from the allocation to the commit.
-                    self.p_busy = Some(Op::MapP);
+                    self.p.set(PUse::Mapping);
                     self.host_call(Op::AllocSg)
                 }
                 InFlight::DmaUnmap => {
-                    if self.mapped && self.p_busy.is_none() {
-                        self.p_busy = Some(Op::UnmapP);
+                    if self.p.is(PUse::Mapped) {
+                        self.p.set(PUse::Unmapping);
                         return self.host_call(Op::UnmapP);
                     }
                     // Not mapped (after a failed dma_map, a repeated call, or the work item already
@@ -808,8 +901,8 @@ impl Registration {
     /// put_pages and release: unmap P, unpin N (from the owner only) and P, as this context allows.
     fn let_go(&mut self, caller: Tgid) -> Step {
         let api = self.host_may_take_api_lock();
-        if self.mapped && self.p_busy.is_none() {
-            self.p_busy = Some(Op::UnmapP);
+        if self.p.is(PUse::Mapped) {
+            self.p.set(PUse::Unmapping);
             return self.host_call(Op::UnmapP);
         }
         if self.n == NPin::Armed {
@@ -831,13 +924,13 @@ impl Registration {
             // without the API lock.)
             return self.host_call(Op::UnpinN);
         }
-        if self.p_held && self.release_p && !self.mapped && self.p_busy.is_none() {
+        if self.p.to_release() && self.p.is(PUse::Idle) {
             if api {
-                self.p_busy = Some(Op::UnpinP);
+                self.p.set(PUse::Unpinning);
                 return self.host_call(Op::UnpinP);
             }
-            if !self.work_queued {
-                self.work_queued = true;
+            if !self.work.queued() {
+                self.work.queue();
                 return Step::QueueWork;
             }
         }
@@ -864,9 +957,6 @@ impl Registration {
                         // The driver keeps no callback for a failed pin: its reference comes back.
                         if self.n == NPin::Pinning {
                             self.n = NPin::None;
-                        }
-                        if self.driver_ref {
-                            self.driver_ref = false;
                             self.host_pending.drop_driver_ref = true;
                         }
                         // P proves the range was GPU memory of this process at acquire: the driver
@@ -885,7 +975,7 @@ impl Registration {
                     self.set_host_stage(HostStage::Waiting(Op::MapP));
                 }
                 Err(_) => {
-                    self.p_busy = None;
+                    self.p.set(PUse::Idle);
                     self.set_host_stage(HostStage::Finish(Err(Refusal::new(
                         ENOMEM,
                         Cause::OutOfMemory,
@@ -905,7 +995,7 @@ impl Registration {
             },
             (InFlight::DmaMap, Op::FillSg) => {
                 // P is no longer reserved: either unmapped next (Undo), or handed to the host.
-                self.p_busy = None;
+                self.p.set(PUse::Mapped);
                 let refusal = match result {
                     // The glue's EIO: a page the driver did not map (`tables::first_failed_page`).
                     Err(EIO) => Some(Refusal::new(EIO, Cause::PartialDmaMapping)),
@@ -930,9 +1020,9 @@ impl Registration {
             }
             (InFlight::DmaUnmap, Op::UnmapP) => {
                 self.set_host_stage(HostStage::Finish(Ok(())));
-                if self.release_p && self.p_held && !self.work_queued {
+                if self.p.to_release() && !self.work.queued() {
                     // The callback took P over meanwhile: the work item unpins it.
-                    self.work_queued = true;
+                    self.work.queue();
                     self.host_pending.queue_work = true;
                 }
             }
@@ -948,10 +1038,7 @@ impl Registration {
                             // first, its callback, which runs under the API lock our call waited
                             // for, would have claimed N already.)
                             self.n = NPin::Gone;
-                            if self.driver_ref {
-                                self.driver_ref = false;
-                                self.host_pending.drop_driver_ref = true;
-                            }
+                            self.host_pending.drop_driver_ref = true;
                         }
                     }
                     Err(errno) => {
@@ -995,7 +1082,7 @@ impl Registration {
                     self.callback = CallbackStage::Invalidating;
                     return Step::Call(Op::Invalidate);
                 }
-                self.callback = CallbackStage::Finish;
+                self.callback = CallbackStage::Finish { invalidated: false };
                 Step::Note(if self.phase == Phase::Released {
                     Event::LateCallback
                 } else {
@@ -1004,24 +1091,27 @@ impl Registration {
             }
             CallbackStage::Invalidating => Step::Call(Op::Invalidate),
             CallbackStage::Invalidated => {
-                self.callback = CallbackStage::Finish;
+                self.callback = CallbackStage::Finish { invalidated: true };
                 Step::Note(Event::Invalidated)
             }
-            CallbackStage::Finish => {
-                self.callback = CallbackStage::Done;
+            CallbackStage::Finish { invalidated } => {
+                self.callback = CallbackStage::Done { invalidated };
                 if self.phase == Phase::Mapped {
                     // Still mapped after the invalidation: the host (of an "ex" client) will not
                     // call dma_unmap/put_pages for it. The work item lets go of P.
-                    self.release_p = true;
+                    self.p.mark_release();
                 }
                 // The work item always runs after this: it unpins P if that is wanted, and drops
-                // the driver's reference, which may be the last one.
-                self.driver_ref = false;
-                self.work_queued = true;
-                self.barrier_pending = true;
+                // the driver's reference (handed over with this step), which may be the last one.
+                self.work.queue();
+                let failed = match self.barrier {
+                    Barrier::NotDue { failed } | Barrier::Due { failed } => failed,
+                    Barrier::GaveUp => BARRIER_TRIES,
+                };
+                self.barrier = Barrier::Due { failed };
                 Step::HandDriverRefToWork
             }
-            CallbackStage::Idle | CallbackStage::Done => Step::Return(Ok(())),
+            CallbackStage::Idle | CallbackStage::Done { .. } => Step::Return(Ok(())),
         }
     }
 
@@ -1029,17 +1119,27 @@ impl Registration {
         if let Some(step) = self.work_pending.take() {
             return step;
         }
-        if self.barrier_pending {
-            self.barrier_pending = false;
+        if let Barrier::Due { failed } = self.barrier {
+            self.barrier = Barrier::NotDue { failed };
             return Step::Call(Op::DriverBarrier);
         }
-        if self.p_held && self.release_p && self.p_busy.is_none() {
-            let op = if self.mapped { Op::UnmapP } else { Op::UnpinP };
-            self.p_busy = Some(op);
-            return Step::Call(op);
+        if self.p.to_release() {
+            let (using, op) = if self.p.is(PUse::Mapped) {
+                (PUse::Unmapping, Op::UnmapP)
+            } else {
+                (PUse::Unpinning, Op::UnpinP)
+            };
+            if self.p.is(PUse::Mapped) || self.p.is(PUse::Idle) {
+                self.p.set(using);
+                return Step::Call(op);
+            }
         }
         // If P is busy, its user (a host call) queues the work item again when done.
-        self.work_running = false;
+        self.work = if self.work == WorkRun::RunningQueued {
+            WorkRun::Queued
+        } else {
+            WorkRun::Idle
+        };
         Step::Return(Ok(()))
     }
 }
