@@ -510,7 +510,10 @@ fn ret(w: &mut World, tid: Tid, r: Result<(), i32>) {
 }
 
 fn call(w: &mut World, tid: Tid, op: DOp) {
-    w.threads[tid].stack.push(MFrame::Driver { op, pc: 0 });
+    w.threads[tid].stack.push(MFrame::Driver {
+        op,
+        pc: crate::DriverStep::Start,
+    });
 }
 
 const EINVAL: i32 = 22;
@@ -757,7 +760,9 @@ fn step_ctx(w: &mut World, tid: Tid, f: Frame, range: GpuRange) -> Option<()> {
         (Entry::Callback, 0) => match old(w).reg.begin_callback() {
             CallbackPlan::Invalidate { .. } => {
                 set(w, tid, f, 1);
-                w.threads[tid].stack.push(MFrame::HostInvalidate(0));
+                w.threads[tid]
+                    .stack
+                    .push(MFrame::HostInvalidate(crate::InvalidateStep::Lookup));
             }
             CallbackPlan::SkipInvalidate => set(w, tid, f, 2),
             CallbackPlan::Ignore => ret(w, tid, Ok(())),

@@ -5,7 +5,12 @@
 //!
 //! The model is a small machine of threads, each a stack of frames that advance one atomic step at
 //! a time; the checker (`stateright`, breadth first) explores every interleaving of every thread's
-//! steps, from every configuration, up to the bound below. What the threads run:
+//! steps, from every configuration, up to the bound below. Each provider's steps are in a file of
+//! their own, each thread's program a named step enum beside it: `host.rs` (MLNX_OFED),
+//! `nvidia.rs` (the NVIDIA driver), `kernel.rs` (the workqueue, rmmod), `client.rs` (peermem-rs as
+//! it is, and the clients that differ from it only in their glue), `before.rs` (the client of
+//! 8adc715, its own state machine); this file holds the world, its properties and the checker.
+//! What the threads run:
 //!
 //! - **the NVIDIA driver** as `kernel-open/nvidia/nv-p2p.c` and RM's `osapi.c`/`p2p.c`/
 //!   `third_party_p2p.c` behave (550-595, see docs/race-windows.md): one RM API lock, taken for
@@ -110,11 +115,20 @@
 //! under it (src/client.rs), for the unpins of other registrations the bound leaves out.
 
 pub mod before;
+mod client;
+mod host;
+mod kernel;
+mod nvidia;
+
+pub use client::{CallStep, Ours, ProofStep, RunPc, SecondPinStep};
+pub use host::{HostDeregStep, HostRegStep, InvalidateStep};
+pub use kernel::{RmmodStep, WorkItemStep};
+pub use nvidia::{DriverStep, TeardownStep};
 
 use std::fmt;
 
 use peermem_logic::range::GpuRange;
-use peermem_logic::registration::{self as reg, Actor, Commit, HostCall, Op, Step};
+use peermem_logic::registration::{self as reg, Actor, HostCall};
 use stateright::{Model, Property};
 
 pub use reg::Flavour;
@@ -432,38 +446,6 @@ pub enum DOp {
     ProbeUnpin,
 }
 
-/// A frame of peermem-rs code.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub enum Ours {
-    /// The fixed client's acquire (`N_PINS` around its persistent pin, for the fixed client).
-    Acquire(u8),
-    /// The fixed client's glue running the state machine for an actor.
-    Run {
-        actor: Actor,
-        call: Option<HostCall>,
-        pc: RunPc,
-    },
-    /// The previous client's code.
-    Before(before::Frame),
-    /// The glue's `Op::PinN` (`N_PINS` around get_pages, for the fixed client).
-    PinN(u8),
-    /// The glue's `Op::UnpinN` (`N_PINS`, then "still Unpinning?", for the fixed client).
-    UnpinN(u8),
-    /// The glue's `Op::ProveUnpinN` ("still Proving?", then a persistent pin of the first page and
-    /// its unpin; `N_PINS` around it all for the fixed client).
-    ProveUnpinN(u8),
-}
-
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum RunPc {
-    Begin,
-    Next,
-    Await(Op),
-    /// release: drop the host's reference, then return.
-    DropHostRef,
-    Return(Result<(), i32>),
-}
-
 /// A host entry point into the client.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Entry {
@@ -479,23 +461,23 @@ pub enum Entry {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Frame {
-    HostReg(u8),
+    HostReg(HostRegStep),
     HostDereg {
-        pc: u8,
+        pc: HostDeregStep,
         cur: HostMr,
     },
-    HostInvalidate(u8),
-    Teardown(u8),
+    HostInvalidate(InvalidateStep),
+    Teardown(TeardownStep),
     Driver {
         op: DOp,
-        pc: u8,
+        pc: DriverStep,
     },
-    WorkItem(u8),
-    Rmmod(u8),
+    WorkItem(WorkItemStep),
+    Rmmod(RmmodStep),
     Ours(Ours),
     /// The second registration's acquire (its persistent pin) and `Op::PinN`, reduced to what
     /// touches N_PINS and the driver.
-    SecondPin(u8),
+    SecondPin(SecondPinStep),
     /// The MPS owner's RM client freed: its pid leaves the server's P2P object (MPS only).
     Leave,
 }
@@ -574,21 +556,24 @@ impl World {
         World {
             cfg,
             threads: vec![
-                thread(OWNER, Some(Frame::HostReg(0))),
+                thread(OWNER, Some(Frame::HostReg(HostRegStep::Acquire))),
                 thread(
                     cfg.dereg.tgid(),
                     Some(Frame::HostDereg {
-                        pc: 0,
+                        pc: HostDeregStep::Revoke,
                         cur: HostMr::Unmapped,
                     }),
                 ),
                 thread(
                     if cfg.mps { SERVER } else { OWNER },
-                    Some(Frame::Teardown(0)),
+                    Some(Frame::Teardown(TeardownStep::Free)),
                 ),
-                thread(KWORKER, Some(Frame::WorkItem(0))),
-                thread(RMMOD, Some(Frame::Rmmod(0))),
-                thread(OWNER, cfg.reuse.then_some(Frame::SecondPin(0))),
+                thread(KWORKER, Some(Frame::WorkItem(WorkItemStep::Idle))),
+                thread(RMMOD, Some(Frame::Rmmod(RmmodStep::TryStop))),
+                thread(
+                    OWNER,
+                    cfg.reuse.then_some(Frame::SecondPin(SecondPinStep::PinP)),
+                ),
                 thread(OWNER, cfg.mps.then_some(Frame::Leave)),
             ],
             api_lock: None,
@@ -691,7 +676,7 @@ impl World {
     fn call_client(&mut self, tid: Tid, e: Entry) {
         let frame = match self.cfg.client {
             Client::Fixed | Client::NoNPins | Client::UnlockedP | Client::TrustsUnpin => match e {
-                Entry::Acquire => Ours::Acquire(0),
+                Entry::Acquire => Ours::Acquire(CallStep::Enter),
                 Entry::Callback => Ours::Run {
                     actor: Actor::Callback,
                     call: None,
@@ -723,7 +708,13 @@ impl World {
     }
 
     fn call_driver(&mut self, tid: Tid, op: DOp) {
-        self.push(tid, Frame::Driver { op, pc: 0 });
+        self.push(
+            tid,
+            Frame::Driver {
+                op,
+                pc: DriverStep::Start,
+            },
+        );
     }
 
     /// Can thread `tid` make a step? (Without side effects: steps a copy, unless `step` would
@@ -746,7 +737,7 @@ impl World {
         let t = &self.threads[tid];
         t.done
             || (tid == T_WORK
-                && matches!(t.stack.last(), Some(Frame::WorkItem(0)))
+                && matches!(t.stack.last(), Some(Frame::WorkItem(WorkItemStep::Idle)))
                 && !self.wq_queued)
     }
 
@@ -849,965 +840,6 @@ impl World {
 
     fn set_pc(&mut self, tid: Tid, frame: Frame) {
         *self.threads[tid].stack.last_mut().unwrap() = frame;
-    }
-
-    // ---- MLNX_OFED host ------------------------------------------------------------------------
-
-    /// ib_umem_get's peer path, then mlx5 creating the key and arming the notifier.
-    fn host_reg(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        let next = |w: &mut World, pc| w.set_pc(tid, Frame::HostReg(pc));
-        match pc {
-            0 => {
-                next(self, 1);
-                self.call_client(tid, Entry::Acquire);
-            }
-            1 => match self.take_ret(tid)? {
-                Err(_) => {
-                    self.registered = Registered::Failed;
-                    self.ret(tid, Ok(()));
-                }
-                Ok(()) => {
-                    self.usecnt += 1;
-                    next(self, 2);
-                }
-            },
-            2 => {
-                // mapping_lock before the id and get_pages (peer_mem.c:432).
-                if !self.mapping_free_for(tid) {
-                    return None;
-                }
-                self.mapping_lock = Some(tid);
-                self.xa = self.invalidating();
-                next(self, 3);
-                self.call_client(tid, Entry::GetPages);
-            }
-            3 => match self.take_ret(tid)? {
-                Err(_) => {
-                    self.xa = false;
-                    self.mapping_lock = None;
-                    next(self, 9);
-                    self.call_client(tid, Entry::Release);
-                }
-                Ok(()) => {
-                    next(self, 4);
-                    self.call_client(tid, Entry::DmaMap);
-                }
-            },
-            4 => match self.take_ret(tid)? {
-                Err(_) => {
-                    // dma_map failed: put_pages, still under the lock.
-                    next(self, 5);
-                    self.call_client(tid, Entry::PutPages);
-                }
-                Ok(()) => {
-                    self.mr = HostMr::Mapped;
-                    if !self.invalidating() {
-                        // Non-invalidating clients: the lock goes when ib_peer_umem_get returns.
-                        self.mapping_lock = None;
-                    }
-                    next(self, 6);
-                }
-            },
-            5 => {
-                self.returned(tid)?;
-                self.xa = false;
-                self.mapping_lock = None;
-                next(self, 9);
-                self.call_client(tid, Entry::Release);
-            }
-            6 => {
-                // The memory key exists; the notifier is armed and the lock dropped (peer_mem.c:316).
-                self.nic_live = true;
-                if self.invalidating() {
-                    self.mapping_lock = None;
-                }
-                self.registered = Registered::Done;
-                self.ret(tid, Ok(()));
-            }
-            9 => {
-                self.returned(tid)?;
-                self.usecnt -= 1;
-                self.registered = Registered::Failed;
-                self.ret(tid, Ok(()));
-            }
-            _ => unreachable!(),
-        }
-        Some(())
-    }
-
-    /// mlx5 deregistration: revoke, stop the notifier, ib_peer_umem_release.
-    fn host_dereg(&mut self, tid: Tid, pc: u8, cur: HostMr) -> Option<()> {
-        let next = |w: &mut World, pc, cur| w.set_pc(tid, Frame::HostDereg { pc, cur });
-        match pc {
-            0 => match self.registered {
-                Registered::Pending => return None,
-                Registered::Failed => self.ret(tid, Ok(())),
-                Registered::Done => {
-                    // mlx5r_umr_revoke_mr first.
-                    self.nic_live = false;
-                    next(self, 1, cur);
-                }
-            },
-            1 => {
-                if !self.invalidating() {
-                    next(self, 6, cur);
-                    return Some(());
-                }
-                if !self.mapping_free_for(tid) {
-                    return None;
-                }
-                self.mapping_lock = Some(tid);
-                if self.cfg.legacy {
-                    if self.mr == HostMr::Mapped {
-                        next(self, 2, cur);
-                        self.call_client(tid, Entry::DmaUnmap);
-                    } else {
-                        self.mr = HostMr::Unmapped;
-                        self.mapping_lock = None;
-                        next(self, 6, cur);
-                    }
-                } else {
-                    let was = self.mr;
-                    self.mr = HostMr::Unmapped;
-                    self.mapping_lock = None;
-                    if was == HostMr::Mapped {
-                        next(self, 4, was);
-                        self.call_client(tid, Entry::DmaUnmap);
-                    } else {
-                        next(self, 6, was);
-                    }
-                }
-            }
-            2 => {
-                self.returned(tid)?;
-                next(self, 3, cur);
-                self.call_client(tid, Entry::PutPages);
-            }
-            3 => {
-                self.returned(tid)?;
-                self.mr = HostMr::Unmapped;
-                self.mapping_lock = None;
-                next(self, 6, cur);
-            }
-            4 => {
-                self.returned(tid)?;
-                next(self, 5, cur);
-                self.call_client(tid, Entry::PutPages);
-            }
-            5 => {
-                self.returned(tid)?;
-                next(self, 6, cur);
-            }
-            6 => {
-                // ib_peer_umem_release: unmap only if still mapped (no lock).
-                if self.mr == HostMr::Mapped {
-                    next(self, 7, cur);
-                    self.call_client(tid, Entry::DmaUnmap);
-                } else {
-                    next(self, 9, cur);
-                }
-            }
-            7 => {
-                self.returned(tid)?;
-                next(self, 8, cur);
-                self.call_client(tid, Entry::PutPages);
-            }
-            8 => {
-                self.returned(tid)?;
-                self.mr = HostMr::Unmapped;
-                next(self, 9, cur);
-            }
-            9 => {
-                self.xa = false;
-                next(self, 10, cur);
-                self.call_client(tid, Entry::Release);
-            }
-            10 => {
-                self.returned(tid)?;
-                self.usecnt -= 1;
-                self.ret(tid, Ok(()));
-            }
-            _ => unreachable!(),
-        }
-        Some(())
-    }
-
-    /// ib_invalidate_peer_memory, called by the client's free callback.
-    fn host_invalidate(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        let next = |w: &mut World, pc| w.set_pc(tid, Frame::HostInvalidate(pc));
-        match pc {
-            0 => {
-                if !self.xa {
-                    // An id nobody has: counted and answered 0.
-                    self.ret(tid, Ok(()));
-                } else {
-                    next(self, 1);
-                }
-            }
-            1 => {
-                if !self.mapping_free_for(tid) {
-                    return None;
-                }
-                self.mapping_lock = Some(tid);
-                if self.mr == HostMr::Mapped {
-                    self.nic_live = false;
-                    if self.cfg.legacy {
-                        next(self, 2);
-                        self.call_client(tid, Entry::DmaUnmap);
-                    } else {
-                        self.mr = HostMr::Invalidated;
-                        next(self, 4);
-                    }
-                } else {
-                    next(self, 4);
-                }
-            }
-            2 => {
-                self.returned(tid)?;
-                next(self, 3);
-                self.call_client(tid, Entry::PutPages);
-            }
-            3 => {
-                self.returned(tid)?;
-                self.mr = HostMr::Unmapped;
-                next(self, 4);
-            }
-            4 => {
-                self.mapping_lock = None;
-                self.ret(tid, Ok(()));
-            }
-            _ => unreachable!(),
-        }
-        Some(())
-    }
-
-    // ---- NVIDIA driver ---------------------------------------------------------------------------
-
-    /// cudaFree / exit: the API lock, the callback, the frees.
-    fn teardown(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        let next = |w: &mut World, pc| w.set_pc(tid, Frame::Teardown(pc));
-        match pc {
-            0 => {
-                self.api_free_for(tid)?;
-                self.api_lock = Some(tid);
-                self.allocated = false;
-                next(self, 1);
-            }
-            1 => {
-                if self.n.tracked && self.n.armed {
-                    next(self, 2);
-                    // The callback gets our data: the registration must still be alive.
-                    self.our_code(true, "the free callback's data");
-                    self.call_client(tid, Entry::Callback);
-                } else {
-                    if self.n.tracked {
-                        // Pinned in section #1, callback not yet registered: dropped silently.
-                        self.n.tracked = false;
-                    }
-                    next(self, 3);
-                }
-            }
-            2 => {
-                self.returned(tid)?;
-                // nv_p2p_mem_info_free_callback: free the table, its mappings, the semaphore.
-                self.n.table_alive = false;
-                self.n.mapped = false;
-                self.n.tracked = false;
-                self.n_data = false;
-                if self.invalidating() && self.nic_live {
-                    self.bug(Bug::NicUsesDeadMemory(
-                        "the memory key is still usable after the free callback returned",
-                    ));
-                }
-                next(self, 3);
-            }
-            3 => {
-                self.api_lock = None;
-                self.ret(tid, Ok(()));
-            }
-            _ => unreachable!(),
-        }
-        Some(())
-    }
-
-    /// The address the driver's allocator hands the next page table, persistent or not: the
-    /// lowest one no live table has, so a freed table's address is handed out again at once (as
-    /// slab does for the size class of `nv_p2p_mem_info`, which holds both kinds, whatever the
-    /// allocation it pins). The freed addresses, lowest first, are P's and N's (see `Addr`);
-    /// with neither free, a fresh one: `fresh` (P's or N's own label for the first registration's
-    /// P and N, `Other` for the second registration's tables).
-    fn free_slot(&self, fresh: Addr) -> Addr {
-        let tables = [&self.p, &self.n, &self.p2, &self.n2, &self.probe];
-        let taken = |a: Addr| tables.iter().any(|t| t.table_alive && t.slot == a);
-        // An address exists once a table got it: P's with P, N's with an N that got a fresh one.
-        let exists = |a: Addr| tables.iter().any(|t| t.existed && t.slot == a);
-        [Addr::P, Addr::N]
-            .into_iter()
-            .find(|&a| exists(a) && !taken(a))
-            .unwrap_or(fresh)
-    }
-
-    fn table(&mut self, p: bool) -> &mut Pin {
-        if p {
-            &mut self.p
-        } else {
-            &mut self.n
-        }
-    }
-
-    fn driver(&mut self, tid: Tid, op: DOp, pc: u8) -> Option<()> {
-        // The caller reaches the first allocation's P2P object (`RmP2PGetInfoWithoutToken`: the
-        // objects whose pid list holds the calling process): the owner, until it left (MPS).
-        let owner = self.threads[tid].tgid == OWNER && !self.owner_left;
-        match (op, pc) {
-            (DOp::PinP, _) => {
-                self.api_free_for(tid)?;
-                let r = if self.allocated && owner {
-                    self.p = Pin {
-                        tracked: true,
-                        armed: false,
-                        table_alive: true,
-                        mapped: false,
-                        existed: true,
-                        slot: self.free_slot(Addr::P),
-                    };
-                    Ok(())
-                } else {
-                    Err(EINVAL)
-                };
-                self.ret(tid, r);
-            }
-            (DOp::PinP2, _) => {
-                // The second registration's persistent pin: its table from the same allocator, at
-                // the lowest free address (the second allocation is never freed).
-                self.api_free_for(tid)?;
-                self.p2 = Pin {
-                    tracked: true,
-                    armed: false,
-                    table_alive: true,
-                    mapped: false,
-                    existed: true,
-                    slot: self.free_slot(Addr::Other),
-                };
-                self.ret(tid, Ok(()));
-            }
-            (DOp::PinN, 0) => {
-                // Section #1: find the memory by the calling process, create the pin.
-                self.api_free_for(tid)?;
-                if self.allocated && owner {
-                    self.n = Pin {
-                        tracked: true,
-                        armed: false,
-                        table_alive: true,
-                        mapped: false,
-                        existed: true,
-                        slot: self.free_slot(Addr::N),
-                    };
-                    self.set_pc(tid, Frame::Driver { op, pc: 1 });
-                } else {
-                    self.ret(tid, Err(EINVAL));
-                }
-            }
-            (DOp::PinN, _) => {
-                // Section #2: register the callback, unless the free dropped the pin meanwhile.
-                self.api_free_for(tid)?;
-                if !self.n.tracked {
-                    self.n.table_alive = false;
-                    self.ret(tid, Err(EINVAL));
-                } else if !owner {
-                    // MPS, the owner left between the sections: `RmP2PRegisterCallback` (token 0)
-                    // looks the memory up by the caller's pid and fails; nv-p2p.c's failure path
-                    // calls put_pages, which finds nothing either, and frees the table. RM keeps
-                    // the pin, with no callback: the free drops it silently.
-                    self.n.table_alive = false;
-                    self.ret(tid, Err(EINVAL));
-                } else {
-                    self.n.armed = true;
-                    self.n_data = true;
-                    self.ret(tid, Ok(()));
-                }
-            }
-            (DOp::PinN2, 0) => {
-                // Section #1 of the second registration's get_pages: its table is allocated (the
-                // model allocates it here rather than before the API lock: only once linked here
-                // can a lookup find it), the pin linked under that address.
-                self.api_free_for(tid)?;
-                self.n2 = Pin {
-                    tracked: true,
-                    armed: false,
-                    table_alive: true,
-                    mapped: false,
-                    existed: true,
-                    slot: self.free_slot(Addr::Other),
-                };
-                self.set_pc(tid, Frame::Driver { op, pc: 1 });
-            }
-            (DOp::PinN2, _) => {
-                // Section #2: the callback registered (the second allocation is never freed).
-                self.api_free_for(tid)?;
-                let r = if self.n2.tracked {
-                    self.n2.armed = true;
-                    Ok(())
-                } else {
-                    // Unlinked under it by a stale put_pages (already a bug).
-                    Err(EINVAL)
-                };
-                self.ret(tid, r);
-            }
-            (DOp::UnpinN { key }, _) => {
-                self.api_free_for(tid)?;
-                let r = if self.cfg.unpin_fails {
-                    Err(EIO)
-                } else {
-                    // RmP2PPutPages with token 0: the P2P objects whose pid list holds the calling
-                    // process, and in them the pin whose key is the table's address; the VA plays
-                    // no part. Found: unlinked, and nv_p2p_put_pages frees the table. RM's internal
-                    // object, which holds the persistent pins, is among them when the owner
-                    // created it (`Config::creator`).
-                    let live = |p: &Pin| p.tracked && p.table_alive && p.slot == key;
-                    let persistent = owner && self.cfg.creator;
-                    if owner && self.n.armed && live(&self.n) {
-                        self.n.tracked = false;
-                        self.n.table_alive = false;
-                        self.n.mapped = false;
-                        self.n_data = false;
-                    } else if owner && live(&self.n2) {
-                        self.n2.tracked = false;
-                        self.n2.table_alive = false;
-                        self.bug(Bug::StaleUnpin(
-                            "put_pages of a freed table unpinned the second registration's N, \
-                             made at the same address (no callback; its table freed under it)",
-                        ));
-                    } else if persistent && live(&self.p2) {
-                        self.p2.tracked = false;
-                        self.p2.table_alive = false;
-                        self.bug(Bug::StaleUnpin(
-                            "put_pages of a freed table unpinned the second registration's \
-                             persistent pin P, made at the same address (found in RM's internal \
-                             P2P object, which the owner created; its table freed under it)",
-                        ));
-                    } else if persistent && live(&self.p) {
-                        self.p.tracked = false;
-                        self.p.table_alive = false;
-                        self.p.mapped = false;
-                        self.bug(Bug::StaleUnpin(
-                            "put_pages of a freed table unpinned the registration's own \
-                             persistent pin P, made at the same address (found in RM's internal \
-                             P2P object, which the owner created; its table freed under it)",
-                        ));
-                    }
-                    // Not found among the caller's pins (another process, or torn down): 0.
-                    Ok(())
-                };
-                self.ret(tid, r);
-            }
-            (DOp::UnpinP, _) => {
-                self.api_free_for(tid)?;
-                if !self.p.table_alive {
-                    self.bug(Bug::DriverUseAfterFree(
-                        "put_pages_persistent on a freed page table",
-                    ));
-                }
-                let r = if self.cfg.unpin_fails {
-                    Err(EIO)
-                } else {
-                    self.p.tracked = false;
-                    self.p.table_alive = false;
-                    self.p.mapped = false;
-                    Ok(())
-                };
-                self.ret(tid, r);
-            }
-            (DOp::Map(p), 0) => {
-                // The page table is read before the API lock.
-                if !self.table(p).table_alive {
-                    self.bug(Bug::DriverUseAfterFree(
-                        "dma_map_pages read a freed page table",
-                    ));
-                }
-                self.set_pc(tid, Frame::Driver { op, pc: 1 });
-            }
-            (DOp::Map(_), 1) => {
-                self.api_free_for(tid)?;
-                self.set_pc(tid, Frame::Driver { op, pc: 2 });
-            }
-            (DOp::Map(p), _) => {
-                // After the API lock: down() on the semaphore inside the pin, link the mapping.
-                if !self.table(p).table_alive {
-                    self.bug(Bug::DriverUseAfterFree(
-                        "dma_map_pages linked its mapping into a freed pin",
-                    ));
-                }
-                self.table(p).mapped = true;
-                self.ret(tid, Ok(()));
-            }
-            (DOp::Barrier, _) => {
-                self.api_free_for(tid)?;
-                self.ret(tid, Ok(()));
-            }
-            (DOp::ProbePin, _) => {
-                // `RmP2PGetPagesPersistent`: the memory looked up through the caller's P2P objects
-                // (`RmP2PGetInfoWithoutToken`, as put_pages does), then pinned in RM's internal
-                // object; the table from the same allocator, at the lowest free address.
-                self.api_free_for(tid)?;
-                let r = if self.allocated && owner {
-                    self.probe = Pin {
-                        tracked: true,
-                        armed: false,
-                        table_alive: true,
-                        mapped: false,
-                        existed: true,
-                        slot: self.free_slot(Addr::Other),
-                    };
-                    Ok(())
-                } else {
-                    Err(EINVAL)
-                };
-                self.ret(tid, r);
-            }
-            (DOp::ProbeUnpin, _) => {
-                self.api_free_for(tid)?;
-                if !self.probe.table_alive {
-                    self.bug(Bug::DriverUseAfterFree(
-                        "put_pages_persistent on a freed page table",
-                    ));
-                }
-                let r = if self.cfg.unpin_fails {
-                    Err(EIO)
-                } else {
-                    self.probe.tracked = false;
-                    self.probe.table_alive = false;
-                    Ok(())
-                };
-                self.ret(tid, r);
-            }
-            (DOp::Unmap(p), _) => {
-                if !self.table(p).table_alive {
-                    self.bug(Bug::DriverUseAfterFree(
-                        "dma_unmap_pages took the semaphore of a freed pin",
-                    ));
-                }
-                self.table(p).mapped = false;
-                self.ret(tid, Ok(()));
-            }
-        }
-        Some(())
-    }
-
-    // ---- the kernel: workqueue and rmmod ---------------------------------------------------------
-
-    fn work_item(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        match pc {
-            0 => {
-                if !self.wq_queued {
-                    return None;
-                }
-                self.wq_queued = false;
-                self.wq_running = true;
-                self.set_pc(tid, Frame::WorkItem(1));
-                self.call_client(tid, Entry::Work);
-            }
-            1 => {
-                self.returned(tid)?;
-                // The work function drops the reference it was queued with: maybe the last one.
-                self.our_code(true, "the work item");
-                self.drop_ref();
-                self.set_pc(tid, Frame::WorkItem(2));
-            }
-            _ => {
-                // ...and returns to the workqueue: still module code until here.
-                self.our_code(false, "");
-                self.wq_running = false;
-                self.set_pc(tid, Frame::WorkItem(0));
-            }
-        }
-        Some(())
-    }
-
-    fn rmmod(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        match pc {
-            0 => {
-                if !self.ctx_created && self.registered == Registered::Pending {
-                    return None;
-                }
-                // try_stop_module: refused while anything holds a module reference (the second
-                // registration holds one for as long as it lives, i.e. to the end of the model).
-                if self.ctx_alive() || self.cfg.reuse {
-                    self.ret(tid, Ok(()));
-                } else {
-                    self.set_pc(tid, Frame::Rmmod(1));
-                }
-            }
-            _ => {
-                // Module exit: ib_unregister_peer_memory_client waits for the host's users;
-                // destroying our workqueue waits for a running work item.
-                if self.usecnt > 0 || self.wq_running || self.wq_queued {
-                    return None;
-                }
-                self.module_gone = true;
-                self.ret(tid, Ok(()));
-            }
-        }
-        Some(())
-    }
-
-    // ---- peermem-rs (the fixed client) -----------------------------------------------------------
-
-    /// acquire (src/client.rs): `N_PINS` around `PersistentPin::get` (the fixed client only), then
-    /// the registration created.
-    fn fixed_acquire(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        self.our_code(false, "");
-        match pc {
-            0 => {
-                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
-                self.set_pc(tid, Frame::Ours(Ours::Acquire(1)));
-                self.call_driver(tid, DOp::PinP);
-            }
-            _ => match self.take_ret(tid)? {
-                Err(e) => {
-                    self.leave_n_pins(tid);
-                    self.ret(tid, Err(e));
-                }
-                Ok(()) => {
-                    self.leave_n_pins(tid);
-                    self.state = Some(reg::Registration::acquired(
-                        self.cfg.flavour,
-                        range(),
-                        self.threads[tid].tgid,
-                    ));
-                    self.ctx_created = true;
-                    self.refs = 1;
-                    self.ret(tid, Ok(()));
-                }
-            },
-        }
-        Some(())
-    }
-
-    fn fixed_run(
-        &mut self,
-        tid: Tid,
-        actor: Actor,
-        call: Option<HostCall>,
-        pc: RunPc,
-    ) -> Option<()> {
-        let set = |w: &mut World, pc| {
-            w.set_pc(tid, Frame::Ours(Ours::Run { actor, call, pc }));
-        };
-        match pc {
-            RunPc::Return(r) => {
-                self.our_code(false, "");
-                self.ret(tid, r);
-                return Some(());
-            }
-            RunPc::DropHostRef => {
-                self.our_code(true, "release");
-                self.drop_ref();
-                set(self, RunPc::Return(Ok(())));
-                return Some(());
-            }
-            _ => {}
-        }
-        self.our_code(true, "a step of the registration");
-        let tgid = self.threads[tid].tgid;
-        // The client of today asks for the first step under the hold that began the actor, and
-        // for the next step under the hold that reported a call's result (`RegCtx::drive`); the
-        // older clients took the lock again for each.
-        let one_hold = self.cfg.client == Client::Fixed;
-        let st = self.state.as_mut().expect("registration");
-        match pc {
-            RunPc::Begin => {
-                match actor {
-                    Actor::Host => {
-                        if st.begin(call.unwrap(), tgid).is_err() {
-                            set(self, RunPc::Return(Err(EINVAL)));
-                            return Some(());
-                        }
-                    }
-                    Actor::Callback => {
-                        if !st.begin_callback() {
-                            set(self, RunPc::Return(Ok(())));
-                            return Some(());
-                        }
-                    }
-                    Actor::Work => st.begin_work(),
-                }
-                if !one_hold {
-                    set(self, RunPc::Next);
-                    return Some(());
-                }
-            }
-            RunPc::Await(op) => {
-                let r = self.take_ret(tid)?;
-                let st = self.state.as_mut().unwrap();
-                let commit = st.done(actor, op, r);
-                debug_assert!(matches!(commit, Commit::Nothing | Commit::PublishSg));
-                if !one_hold {
-                    set(self, RunPc::Next);
-                    return Some(());
-                }
-            }
-            RunPc::Next => {}
-            RunPc::Return(_) | RunPc::DropHostRef => unreachable!(),
-        }
-        // Asked again after a step that makes no call (a note, queueing the work item, dropping
-        // the driver's reference), unless the step below says otherwise.
-        set(self, RunPc::Next);
-        let st = self.state.as_mut().unwrap();
-        match st.next(actor) {
-            Step::Call(op) => {
-                set(self, RunPc::Await(op));
-                match op {
-                    Op::PinN => self.push(tid, Frame::Ours(Ours::PinN(0))),
-                    Op::UnpinN => self.push(tid, Frame::Ours(Ours::UnpinN(0))),
-                    Op::MapP => self.call_driver(tid, DOp::Map(true)),
-                    Op::UnmapP => self.call_driver(tid, DOp::Unmap(true)),
-                    Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
-                    Op::AllocSg => self.threads[tid].ret = Some(Ok(())),
-                    Op::FillSg => {
-                        if !(self.p.table_alive && self.p.mapped) {
-                            self.bug(Bug::DriverUseAfterFree(
-                                "the SG list was filled from a dead DMA mapping",
-                            ));
-                        }
-                        self.threads[tid].ret = Some(Ok(()));
-                    }
-                    Op::Invalidate => {
-                        self.push(tid, Frame::HostInvalidate(0));
-                    }
-                    Op::DriverBarrier => self.call_driver(tid, DOp::Barrier),
-                    Op::ProveUnpinN => {
-                        if self.cfg.client == Client::TrustsUnpin {
-                            // The glue of b477f12 had no proof: the owner's 0 was the unpin.
-                            self.threads[tid].ret = Some(Ok(()));
-                        } else {
-                            self.push(tid, Frame::Ours(Ours::ProveUnpinN(0)));
-                        }
-                    }
-                }
-            }
-            Step::DropDriverRef => self.drop_ref(),
-            Step::HandDriverRefToWork => {
-                if self.wq_queued {
-                    // Already queued: the queued item holds a reference; drop the driver's.
-                    self.drop_ref();
-                } else {
-                    self.wq_queued = true;
-                }
-                // The callback returns at once, without touching the registration again.
-                set(self, RunPc::Return(Ok(())));
-            }
-            Step::QueueWork => {
-                if !self.wq_queued {
-                    self.wq_queued = true;
-                    self.refs += 1;
-                }
-            }
-            Step::Note(_) => {}
-            Step::Return(r) => {
-                let r = r.map_err(|refusal| refusal.errno);
-                if call == Some(HostCall::Release) {
-                    set(self, RunPc::DropHostRef);
-                } else {
-                    set(self, RunPc::Return(r));
-                }
-            }
-        }
-        Some(())
-    }
-}
-
-impl World {
-    /// Does the client's glue take `N_PINS` around its pins and unpins of N?
-    fn models_n_pins(&self) -> bool {
-        matches!(
-            self.cfg.client,
-            Client::Fixed | Client::UnlockedP | Client::TrustsUnpin
-        )
-    }
-
-    /// Does the client's acquire take `N_PINS` around its persistent pin (and the glue around the
-    /// proof's, `Op::ProveUnpinN`, where it makes one)?
-    fn models_n_pins_around_p(&self) -> bool {
-        matches!(self.cfg.client, Client::Fixed | Client::TrustsUnpin)
-    }
-
-    /// Takes `N_PINS` for `tid` where the client's glue has it (`here`): `None` while another task
-    /// holds it.
-    fn enter_n_pins(&mut self, tid: Tid, here: bool) -> Option<()> {
-        if !here {
-            return Some(());
-        }
-        match self.n_pins {
-            None => {
-                self.n_pins = Some(tid);
-                Some(())
-            }
-            Some(t) => {
-                assert_ne!(t, tid, "N_PINS is not taken twice by a task");
-                None
-            }
-        }
-    }
-
-    /// Drops `N_PINS` if `tid` holds it (a no-op where the glue took none).
-    fn leave_n_pins(&mut self, tid: Tid) {
-        if self.n_pins == Some(tid) {
-            self.n_pins = None;
-        }
-    }
-
-    /// The glue's `Op::PinN` (src/client.rs): `N_PINS` (fixed client), a reference handed to the
-    /// driver as the callback's data, get_pages of N, the key stored, `N_PINS` dropped.
-    fn glue_pin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        match pc {
-            0 => {
-                self.enter_n_pins(tid, self.models_n_pins())?;
-                self.our_code(true, "get_pages of N");
-                self.refs += 1;
-                self.set_pc(tid, Frame::Ours(Ours::PinN(1)));
-                self.call_driver(tid, DOp::PinN);
-            }
-            _ => {
-                let r = self.take_ret(tid)?;
-                self.our_code(true, "get_pages of N");
-                if r.is_ok() {
-                    self.n_key = Some(self.n.slot);
-                }
-                self.leave_n_pins(tid);
-                self.ret(tid, r);
-            }
-        }
-        Some(())
-    }
-
-    /// The glue's `Op::UnpinN`: the fixed client takes `N_PINS` and, under the registration lock,
-    /// makes the call only if N is still Unpinning (the callback marks it TornDown before the
-    /// driver frees the table); the client without `N_PINS` reads the key and calls.
-    fn glue_unpin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        match pc {
-            0 => {
-                self.enter_n_pins(tid, self.models_n_pins())?;
-                self.our_code(true, "put_pages of N");
-                let unpinning = self
-                    .state
-                    .as_ref()
-                    .expect("registration")
-                    .still_to_make(Op::UnpinN);
-                match self.n_key {
-                    Some(key) if unpinning || !self.models_n_pins() => {
-                        self.set_pc(tid, Frame::Ours(Ours::UnpinN(1)));
-                        self.call_driver(tid, DOp::UnpinN { key });
-                    }
-                    _ => {
-                        // Torn down meanwhile (or never pinned): no call, and N_PINS dropped on
-                        // the way out; the state machine ignores the result once N is torn down.
-                        self.leave_n_pins(tid);
-                        self.ret(tid, Ok(()));
-                    }
-                }
-            }
-            _ => {
-                let r = self.take_ret(tid)?;
-                self.our_code(true, "put_pages of N");
-                self.leave_n_pins(tid);
-                self.ret(tid, r);
-            }
-        }
-        Some(())
-    }
-
-    /// The glue's `Op::ProveUnpinN` (src/client.rs): the fixed client takes `N_PINS` and, under the
-    /// registration lock, makes the proof only if N is still Proving (else a callback has claimed
-    /// N and our reference, and the state machine ignores the result: Ok, no driver call); the
-    /// proof is a persistent pin of the range's first GPU page (`PersistentPin::get`, one API-lock
-    /// step as acquire's) and its unpin at once (`put_pages_persistent`, whatever it answers: the
-    /// pin showed the process reaches its memory); `N_PINS` dropped; the pin's answer reported.
-    /// The clients of eb5e4f5 and d115ce6 make it the same way without `N_PINS`.
-    fn glue_prove_unpin_n(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        match pc {
-            0 => {
-                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
-                self.our_code(true, "the proof of the unpin of N");
-                let proving = self
-                    .state
-                    .as_ref()
-                    .expect("registration")
-                    .still_to_make(Op::ProveUnpinN);
-                if proving {
-                    self.set_pc(tid, Frame::Ours(Ours::ProveUnpinN(1)));
-                    self.call_driver(tid, DOp::ProbePin);
-                } else {
-                    self.leave_n_pins(tid);
-                    self.ret(tid, Ok(()));
-                }
-            }
-            1 => match self.take_ret(tid)? {
-                Err(e) => {
-                    self.our_code(true, "the proof of the unpin of N");
-                    self.leave_n_pins(tid);
-                    self.ret(tid, Err(e));
-                }
-                Ok(()) => {
-                    self.our_code(true, "the proof of the unpin of N");
-                    self.set_pc(tid, Frame::Ours(Ours::ProveUnpinN(2)));
-                    self.call_driver(tid, DOp::ProbeUnpin);
-                }
-            },
-            _ => {
-                self.returned(tid)?;
-                self.our_code(true, "the proof of the unpin of N");
-                self.leave_n_pins(tid);
-                self.ret(tid, Ok(()));
-            }
-        }
-        Some(())
-    }
-
-    /// MPS: the owner's RM client is freed (/dev/nvidiactl closed, an exit that
-    /// closes it first) and RM takes its pid out of the server's P2P object, under the API lock,
-    /// leaving its pins armed (`CliUnregisterFromThirdPartyP2P`, `CliDelThirdPartyP2PClientPid`,
-    /// 550.163.01 `third_party_p2p.c:1025-1085`).
-    fn leave(&mut self, tid: Tid) -> Option<()> {
-        self.api_free_for(tid)?;
-        self.owner_left = true;
-        self.ret(tid, Ok(()));
-        Some(())
-    }
-
-    /// The second registration (owner process, second allocation): its acquire's persistent pin
-    /// (`N_PINS` around it for the fixed client only), then its N as the glue's `Op::PinN` makes
-    /// it (`N_PINS` for the fixed client and the client of d115ce6, get_pages, `N_PINS` dropped).
-    /// Its registration state, host and callback are left out: its allocation is never freed in
-    /// the model, and it keeps both pins to the end.
-    fn second_pin(&mut self, tid: Tid, pc: u8) -> Option<()> {
-        match pc {
-            0 => {
-                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
-                self.our_code(false, "");
-                self.set_pc(tid, Frame::SecondPin(1));
-                self.call_driver(tid, DOp::PinP2);
-            }
-            1 => {
-                self.returned(tid)?;
-                self.our_code(false, "");
-                self.leave_n_pins(tid);
-                self.set_pc(tid, Frame::SecondPin(2));
-            }
-            2 => {
-                self.enter_n_pins(tid, self.models_n_pins())?;
-                self.our_code(false, "");
-                self.set_pc(tid, Frame::SecondPin(3));
-                self.call_driver(tid, DOp::PinN2);
-            }
-            _ => {
-                self.returned(tid)?;
-                self.our_code(false, "");
-                self.leave_n_pins(tid);
-                self.ret(tid, Ok(()));
-            }
-        }
-        Some(())
     }
 }
 
@@ -1957,76 +989,18 @@ pub fn describe(s: &World, tid: Tid) -> String {
     let what = match s.threads[tid].stack.last() {
         None => "(done)".to_string(),
         Some(f) => match f {
-            Frame::HostReg(pc) => format!(
-                "MLNX registration step {pc} ({})",
-                [
-                    "ask clients: acquire",
-                    "take mapping lock, allocate id, get_pages",
-                    "mapping lock held: get_pages",
-                    "mapping lock held: dma_map",
-                    "after dma_map",
-                    "unwind: put_pages",
-                    "mkey ready: arm notifier, drop mapping lock",
-                    "",
-                    "",
-                    "unwind: release",
-                ]
-                .get(*pc as usize)
-                .copied()
-                .unwrap_or("")
-            ),
-            Frame::HostDereg { pc, .. } => format!(
-                "MLNX deregistration step {pc} ({})",
-                [
-                    "revoke the memory key",
-                    "stop the notifier (mapping lock; legacy: dma_unmap under it, ex: mark unmapped)",
-                    "legacy: put_pages under the mapping lock",
-                    "legacy: drop the mapping lock",
-                    "ex: put_pages after the mapping lock",
-                    "ex: after put_pages",
-                    "ib_peer_umem_release: unmap if still mapped",
-                    "release: put_pages",
-                    "release: unmapped",
-                    "erase the id, call release",
-                    "after release",
-                ]
-                .get(*pc as usize)
-                .copied()
-                .unwrap_or("")
-            ),
-            Frame::HostInvalidate(pc) => format!(
-                "MLNX invalidate step {pc} ({})",
-                [
-                    "look up id",
-                    "take mapping lock, revoke",
-                    "legacy: dma_unmap",
-                    "legacy: put_pages",
-                    "drop mapping lock"
-                ]
-                .get(*pc as usize)
-                .copied()
-                .unwrap_or("")
-            ),
-            Frame::Teardown(pc) => format!(
-                "NVIDIA free path step {pc} ({})",
-                [
-                    "take API lock",
-                    "call the free callback",
-                    "callback returned: free table, mappings, semaphore",
-                    "drop API lock"
-                ]
-                .get(*pc as usize)
-                .copied()
-                .unwrap_or("")
-            ),
+            Frame::HostReg(pc) => format!("MLNX registration: {}", pc.what()),
+            Frame::HostDereg { pc, .. } => format!("MLNX deregistration: {}", pc.what()),
+            Frame::HostInvalidate(pc) => format!("MLNX invalidate: {}", pc.what()),
+            Frame::Teardown(pc) => format!("NVIDIA free path: {}", pc.what()),
             Frame::Driver { op, pc } => format!(
                 "NVIDIA {}",
                 match (op, pc) {
                     (DOp::PinP, _) => "get_pages_persistent (API lock)",
                     (DOp::PinP2, _) => "get_pages_persistent (API lock; table allocated, at the lowest free address)",
-                    (DOp::PinN, 0) => "get_pages: API-lock section #1 (pin, no callback yet)",
+                    (DOp::PinN, DriverStep::Start) => "get_pages: API-lock section #1 (pin, no callback yet)",
                     (DOp::PinN, _) => "get_pages: API-lock section #2 (register the callback)",
-                    (DOp::PinN2, 0) => "get_pages: API-lock section #1 (table allocated, at the lowest free address; pin linked under it)",
+                    (DOp::PinN2, DriverStep::Start) => "get_pages: API-lock section #1 (table allocated, at the lowest free address; pin linked under it)",
                     (DOp::PinN2, _) => "get_pages: API-lock section #2 (register the callback)",
                     (DOp::UnpinN { .. }, _) => if s.cfg.creator && s.threads[tid].tgid == OWNER {
                         "put_pages (API lock; looks the table's address up among the caller's pins, persistent ones of RM's internal object included)"
@@ -2034,8 +1008,8 @@ pub fn describe(s: &World, tid: Tid) -> String {
                         "put_pages (API lock; looks the table's address up among the caller's pins)"
                     },
                     (DOp::UnpinP, _) => "put_pages_persistent (API lock)",
-                    (DOp::Map(_), 0) => "dma_map_pages: read the page table (no lock)",
-                    (DOp::Map(_), 1) => "dma_map_pages: map under the API lock",
+                    (DOp::Map(_), DriverStep::Start) => "dma_map_pages: read the page table (no lock)",
+                    (DOp::Map(_), DriverStep::MapLocked) => "dma_map_pages: map under the API lock",
                     (DOp::Map(_), _) => "dma_map_pages: down() the pin's semaphore, link the mapping",
                     (DOp::Unmap(_), _) => "dma_unmap_pages: down() the pin's semaphore, unlink (no API lock)",
                     (DOp::Barrier, _) => "put_pages of a key that is no pin's, from a kworker (API lock only)",
@@ -2043,24 +1017,25 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     (DOp::ProbeUnpin, _) => "put_pages_persistent of the proof's pin (API lock)",
                 }
             ),
-            Frame::WorkItem(pc) => ["start the work item", "drop the work item's reference", "return to the workqueue core (module code)"]
-                .get(*pc as usize)
-                .copied()
-                .unwrap_or("")
-                .to_string(),
-            Frame::Rmmod(pc) => ["try_stop_module (refused while a module reference is held)", "module exit: wait for the host's users and our queue, then free the module"]
-                .get(*pc as usize)
-                .copied()
-                .unwrap_or("")
-                .to_string(),
+            Frame::WorkItem(pc) => match pc {
+                WorkItemStep::Idle => "start the work item",
+                WorkItemStep::Ran => "drop the work item's reference",
+                WorkItemStep::Returning => "return to the workqueue core (module code)",
+            }
+            .to_string(),
+            Frame::Rmmod(pc) => match pc {
+                RmmodStep::TryStop => "try_stop_module (refused while a module reference is held)",
+                RmmodStep::Exit => "module exit: wait for the host's users and our queue, then free the module",
+            }
+            .to_string(),
             Frame::Ours(o) => match o {
-                Ours::Acquire(0) => if s.models_n_pins_around_p() {
+                Ours::Acquire(CallStep::Enter) => if s.models_n_pins_around_p() {
                     "peermem-rs acquire: take N_PINS, call nvidia_p2p_get_pages_persistent"
                 } else {
                     "peermem-rs acquire: call nvidia_p2p_get_pages_persistent"
                 }
                 .to_string(),
-                Ours::Acquire(_) => format!(
+                Ours::Acquire(CallStep::Returned) => format!(
                     "peermem-rs acquire: get_pages_persistent returned{}; create the registration",
                     if s.models_n_pins_around_p() { ", drop N_PINS" } else { "" }
                 ),
@@ -2088,48 +1063,48 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     }
                 ),
                 Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
-                Ours::PinN(0) => if s.models_n_pins() {
+                Ours::PinN(CallStep::Enter) => if s.models_n_pins() {
                     "peermem-rs get_pages: take N_PINS, hand the driver a reference, call nvidia_p2p_get_pages"
                 } else {
                     "peermem-rs get_pages: hand the driver a reference, call nvidia_p2p_get_pages"
                 }
                 .to_string(),
-                Ours::PinN(_) => format!(
+                Ours::PinN(CallStep::Returned) => format!(
                     "peermem-rs get_pages: store N's key{}",
                     if s.models_n_pins() { ", drop N_PINS" } else { "" }
                 ),
-                Ours::UnpinN(0) => if s.models_n_pins() {
+                Ours::UnpinN(CallStep::Enter) => if s.models_n_pins() {
                     "peermem-rs put_pages: take N_PINS; lock: N still Unpinning? then read N's key and call nvidia_p2p_put_pages"
                 } else {
                     "peermem-rs put_pages: lock: read N's key; unlock; call nvidia_p2p_put_pages"
                 }
                 .to_string(),
-                Ours::UnpinN(_) => format!(
+                Ours::UnpinN(CallStep::Returned) => format!(
                     "peermem-rs put_pages: nvidia_p2p_put_pages returned{}",
                     if s.models_n_pins() { ", drop N_PINS" } else { "" }
                 ),
-                Ours::ProveUnpinN(0) => if s.models_n_pins_around_p() {
+                Ours::ProveUnpinN(ProofStep::Enter) => if s.models_n_pins_around_p() {
                     "peermem-rs put_pages, proof: take N_PINS; lock: N still Proving? then call nvidia_p2p_get_pages_persistent of the first page"
                 } else {
                     "peermem-rs put_pages, proof: lock: N still Proving? then call nvidia_p2p_get_pages_persistent of the first page"
                 }
                 .to_string(),
-                Ours::ProveUnpinN(1) => "peermem-rs put_pages, proof: get_pages_persistent returned; if it pinned, call nvidia_p2p_put_pages_persistent".to_string(),
-                Ours::ProveUnpinN(_) => format!(
+                Ours::ProveUnpinN(ProofStep::Pinned) => "peermem-rs put_pages, proof: get_pages_persistent returned; if it pinned, call nvidia_p2p_put_pages_persistent".to_string(),
+                Ours::ProveUnpinN(ProofStep::Unpinned) => format!(
                     "peermem-rs put_pages, proof: put_pages_persistent returned{}",
                     if s.models_n_pins_around_p() { ", drop N_PINS" } else { "" }
                 ),
             },
             Frame::Leave => "RM takes the owner's pid out of the server's P2P object (API lock; its pins stay armed)".to_string(),
             Frame::SecondPin(pc) => match (pc, s.models_n_pins_around_p(), s.models_n_pins()) {
-                (0, true, _) => "peermem-rs acquire of its P: take N_PINS, call nvidia_p2p_get_pages_persistent",
-                (0, false, _) => "peermem-rs acquire of its P: call nvidia_p2p_get_pages_persistent",
-                (1, true, _) => "peermem-rs acquire of its P: returned, drop N_PINS",
-                (1, false, _) => "peermem-rs acquire of its P: returned",
-                (2, _, true) => "peermem-rs get_pages of its N: take N_PINS, call nvidia_p2p_get_pages",
-                (2, _, false) => "peermem-rs get_pages of its N: call nvidia_p2p_get_pages",
-                (_, _, true) => "peermem-rs get_pages of its N: returned, drop N_PINS",
-                (_, _, false) => "peermem-rs get_pages of its N: returned",
+                (SecondPinStep::PinP, true, _) => "peermem-rs acquire of its P: take N_PINS, call nvidia_p2p_get_pages_persistent",
+                (SecondPinStep::PinP, false, _) => "peermem-rs acquire of its P: call nvidia_p2p_get_pages_persistent",
+                (SecondPinStep::PinnedP, true, _) => "peermem-rs acquire of its P: returned, drop N_PINS",
+                (SecondPinStep::PinnedP, false, _) => "peermem-rs acquire of its P: returned",
+                (SecondPinStep::PinN, _, true) => "peermem-rs get_pages of its N: take N_PINS, call nvidia_p2p_get_pages",
+                (SecondPinStep::PinN, _, false) => "peermem-rs get_pages of its N: call nvidia_p2p_get_pages",
+                (SecondPinStep::PinnedN, _, true) => "peermem-rs get_pages of its N: returned, drop N_PINS",
+                (SecondPinStep::PinnedN, _, false) => "peermem-rs get_pages of its N: returned",
             }
             .to_string(),
         },

@@ -251,7 +251,7 @@ fn stale_unpin_the_client_without_n_pins_unpins_another_registrations_pin_at_a_r
         let freed = at(
             t,
             callback,
-            "freeing task (owner: cudaFree/exit): NVIDIA free path step 2 (callback returned: free table",
+            "freeing task (owner: cudaFree/exit): NVIDIA free path: callback returned: free the table",
         );
         let pinned = at(
             t,
@@ -332,7 +332,7 @@ fn stale_unpin_without_n_pins_around_acquires_pin_frees_the_second_registrations
         let freed = at(
             t,
             callback,
-            "freeing task (owner: cudaFree/exit): NVIDIA free path step 2 (callback returned: free table",
+            "freeing task (owner: cudaFree/exit): NVIDIA free path: callback returned: free the table",
         );
         let pinned = at(
             t,
