@@ -242,6 +242,31 @@ impl World {
         matches!(self.cfg.client, Client::Fixed | Client::TrustsUnpin)
     }
 
+    /// Does the glue take `N_PINS` around `op` (`Op::PinN`, `Op::UnpinN`, `Op::ProveUnpinN`)? The
+    /// fixed client asks the state machine, as src/client.rs does (`Op::takes_n_pins`), so that
+    /// a change there is checked here; the older clients' glue is described by the two above.
+    pub(crate) fn glue_takes_n_pins(&self, op: Op) -> bool {
+        match (self.cfg.client, op) {
+            (Client::Fixed, _) => op.takes_n_pins(),
+            (_, Op::ProveUnpinN) => self.models_n_pins_around_p(),
+            _ => self.models_n_pins(),
+        }
+    }
+
+    /// Does the glue make `op` only if, asked again under `N_PINS`, the state machine still says
+    /// so (`Registration::still_to_make`)? The fixed client asks `Op::asked_again`, as
+    /// src/client.rs does. The older clients: the unpin was asked again wherever `N_PINS` was
+    /// taken around it; the proof, which only the fixed client and b477f12 had before the
+    /// others were written down here, is asked again by every client.
+    pub(crate) fn glue_asks_again(&self, op: Op) -> bool {
+        match (self.cfg.client, op) {
+            (Client::Fixed, _) => op.asked_again(),
+            (_, Op::ProveUnpinN) => true,
+            (_, Op::UnpinN) => self.models_n_pins(),
+            _ => false,
+        }
+    }
+
     /// Takes `N_PINS` for `tid` where the client's glue has it (`here`): `None` while another task
     /// holds it.
     pub(crate) fn enter_n_pins(&mut self, tid: Tid, here: bool) -> Option<()> {
@@ -272,7 +297,7 @@ impl World {
     pub(crate) fn glue_pin_n(&mut self, tid: Tid, pc: CallStep) -> Option<()> {
         match pc {
             CallStep::Enter => {
-                self.enter_n_pins(tid, self.models_n_pins())?;
+                self.enter_n_pins(tid, self.glue_takes_n_pins(Op::PinN))?;
                 self.our_code(true, "get_pages of N");
                 self.refs += 1;
                 self.set_pc(tid, Frame::Ours(Ours::PinN(CallStep::Returned)));
@@ -297,7 +322,7 @@ impl World {
     pub(crate) fn glue_unpin_n(&mut self, tid: Tid, pc: CallStep) -> Option<()> {
         match pc {
             CallStep::Enter => {
-                self.enter_n_pins(tid, self.models_n_pins())?;
+                self.enter_n_pins(tid, self.glue_takes_n_pins(Op::UnpinN))?;
                 self.our_code(true, "put_pages of N");
                 let unpinning = self
                     .state
@@ -305,7 +330,7 @@ impl World {
                     .expect("registration")
                     .still_to_make(Op::UnpinN);
                 match self.n_key {
-                    Some(key) if unpinning || !self.models_n_pins() => {
+                    Some(key) if unpinning || !self.glue_asks_again(Op::UnpinN) => {
                         self.set_pc(tid, Frame::Ours(Ours::UnpinN(CallStep::Returned)));
                         self.call_driver(tid, DOp::UnpinN { key });
                     }
@@ -337,14 +362,14 @@ impl World {
     pub(crate) fn glue_prove_unpin_n(&mut self, tid: Tid, pc: ProofStep) -> Option<()> {
         match pc {
             ProofStep::Enter => {
-                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
+                self.enter_n_pins(tid, self.glue_takes_n_pins(Op::ProveUnpinN))?;
                 self.our_code(true, "the proof of the unpin of N");
                 let proving = self
                     .state
                     .as_ref()
                     .expect("registration")
                     .still_to_make(Op::ProveUnpinN);
-                if proving {
+                if proving || !self.glue_asks_again(Op::ProveUnpinN) {
                     self.set_pc(tid, Frame::Ours(Ours::ProveUnpinN(ProofStep::Pinned)));
                     self.call_driver(tid, DOp::ProbePin);
                 } else {
@@ -394,7 +419,7 @@ impl World {
                 self.set_pc(tid, Frame::SecondPin(SecondPinStep::PinN));
             }
             SecondPinStep::PinN => {
-                self.enter_n_pins(tid, self.models_n_pins())?;
+                self.enter_n_pins(tid, self.glue_takes_n_pins(Op::PinN))?;
                 self.our_code(false, "");
                 self.set_pc(tid, Frame::SecondPin(SecondPinStep::PinnedN));
                 self.call_driver(tid, DOp::PinN2);
