@@ -390,6 +390,20 @@ pub struct Pin {
     pub slot: Addr,
 }
 
+impl Pin {
+    /// A pin just made, its table at `slot`: tracked and alive, not yet armed or mapped.
+    pub fn made(slot: Addr) -> Self {
+        Pin {
+            tracked: true,
+            armed: false,
+            table_alive: true,
+            mapped: false,
+            existed: true,
+            slot,
+        }
+    }
+}
+
 /// A page table's address, told apart as far as a lookup by address and the allocator can tell.
 /// The allocator hands out the lowest free address. Only the first registration's tables (and the
 /// proof's) are ever freed (the second registration keeps its pins; a table freed by a stale unpin

@@ -118,14 +118,7 @@ impl World {
             (DOp::PinP, _) => {
                 self.api_free_for(tid)?;
                 let r = if self.allocated && owner {
-                    self.p = Pin {
-                        tracked: true,
-                        armed: false,
-                        table_alive: true,
-                        mapped: false,
-                        existed: true,
-                        slot: self.free_slot(Addr::P),
-                    };
+                    self.p = Pin::made(self.free_slot(Addr::P));
                     Ok(())
                 } else {
                     Err(EINVAL)
@@ -136,28 +129,14 @@ impl World {
                 // The second registration's persistent pin: its table from the same allocator, at
                 // the lowest free address (the second allocation is never freed).
                 self.api_free_for(tid)?;
-                self.p2 = Pin {
-                    tracked: true,
-                    armed: false,
-                    table_alive: true,
-                    mapped: false,
-                    existed: true,
-                    slot: self.free_slot(Addr::Other),
-                };
+                self.p2 = Pin::made(self.free_slot(Addr::Other));
                 self.ret(tid, Ok(()));
             }
             (DOp::PinN, DriverStep::Start) => {
                 // Section #1: find the memory by the calling process, create the pin.
                 self.api_free_for(tid)?;
                 if self.allocated && owner {
-                    self.n = Pin {
-                        tracked: true,
-                        armed: false,
-                        table_alive: true,
-                        mapped: false,
-                        existed: true,
-                        slot: self.free_slot(Addr::N),
-                    };
+                    self.n = Pin::made(self.free_slot(Addr::N));
                     self.set_pc(
                         tid,
                         Frame::Driver {
@@ -193,14 +172,7 @@ impl World {
                 // model allocates it here rather than before the API lock: only once linked here
                 // can a lookup find it), the pin linked under that address.
                 self.api_free_for(tid)?;
-                self.n2 = Pin {
-                    tracked: true,
-                    armed: false,
-                    table_alive: true,
-                    mapped: false,
-                    existed: true,
-                    slot: self.free_slot(Addr::Other),
-                };
+                self.n2 = Pin::made(self.free_slot(Addr::Other));
                 self.set_pc(
                     tid,
                     Frame::Driver {
@@ -330,14 +302,7 @@ impl World {
                 // object; the table from the same allocator, at the lowest free address.
                 self.api_free_for(tid)?;
                 let r = if self.allocated && owner {
-                    self.probe = Pin {
-                        tracked: true,
-                        armed: false,
-                        table_alive: true,
-                        mapped: false,
-                        existed: true,
-                        slot: self.free_slot(Addr::Other),
-                    };
+                    self.probe = Pin::made(self.free_slot(Addr::Other));
                     Ok(())
                 } else {
                     Err(EINVAL)
