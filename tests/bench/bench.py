@@ -420,15 +420,18 @@ def gate(data, boot):
     estimate median(on) - median(off) over the boot's back-to-back runs, and its 95% interval
     (`block_bootstrap`: blocks, then runs within them).
     - A cell whose half-width exceeds BLIND_SHARE of the modelled cost is blind and only counted:
-      there a model that did not act at all (on - off = 0) would pass, as the interval's upper
-      end reaches GATE_SHARE of the cost by noise alone.
+      there a model that did not act at all (on - off = 0) would pass with a chance above 6%
+      (6-50% for half-widths between half the cost and 90% of it, 50% or more above).
     - A judged cell fails when even the interval's upper end is below GATE_SHARE of the modelled
       cost: the model-on half then cost less extra than the model adds, beyond what moves from
       block to block. In a judged cell a model that did not act fails with a chance of about 94%
       or more (the point estimate would have to land 1.57 standard errors high), while a cell
       whose halves ran alike (on - off = the model) fails with a chance of at most 2.5%. The
       third rule, which failed a cell when the point estimate alone was short, failed such a cell
-      with a chance of 35-42% and rejected 6 of the 9 boots of 6818d86's run, each by a few µs.
+      with a chance of up to 42% (at a half-width equal to the cost; 35% at half of it) and
+      rejected 6 of the 9 boots of 6818d86's run, failing 10 of their 198 judged cells, short by
+      1.6-31 µs of 34.6-271 µs needed. This rule was written after that run's data were seen;
+      a run measured under it is its test.
     No upper bound: a call with the model on waits on a lock a busy-waiting holder keeps, and its
     busy wait ends late, so on - off above the model is expected. Returns (judged cells, blind
     cells, failed cells), each (margin_ns, needed_ns, client, size, phase), margin = the upper end
@@ -720,7 +723,10 @@ def report(data, meta, boots):
            f"`{meta['report_commit']}`." if meta.get("report_commit", meta["commit"]) != meta["commit"] else ""),
         "",
         *([f"**This run stopped before it had the accepted boots it wanted: {meta['outcome']}.** "
-           "Its figures are reported all the same, from the boots it accepted, as every run is.", ""]
+           "Its figures are reported all the same, from the boots it accepted, as every run is. "
+           "(Its counts of accepted and rejected boots are those the gate gave at run time; the line "
+           "below, and the status column under \"Validity gate\", are the gate's as this report "
+           "applies it.)", ""]
           if meta.get("outcome", "complete") != "complete" else []),
         f"**Boots: {len(acc)} accepted, {len(rej)} rejected by the validity gate**"
         + (f" (**fewer than the 5 accepted boots issue 23 asks for**: every figure below rests on {len(acc)})"
@@ -968,8 +974,8 @@ def report(data, meta, boots):
               "off) over the boot's back-to-back runs, with the half-width of its 95% interval (the "
               "boot's blocks drawn with replacement, then the runs within them). Where that half-width "
               f"is larger than {BLIND_SHARE:.0%} of the modelled cost the cell is **blind** (a model that "
-              "did not act at all would pass there by noise alone; the gate cannot judge it and only "
-              f"counts it). A **judged** cell fails when even the interval's upper end is below "
+              "did not act at all would pass there with a chance above 6%; the gate cannot judge it and "
+              f"only counts it). A **judged** cell fails when even the interval's upper end is below "
               f"{GATE_SHARE:.0%} of the modelled cost (the model-on half cost less extra than the model "
               "adds, with 97.5% confidence); a boot with a failed cell is rejected and left out of every "
               "figure. In a judged cell a model that did not act fails with a chance of about 94% or "
@@ -979,8 +985,10 @@ def report(data, meta, boots):
               "interval's upper end minus what is needed, µs. This rule is the fourth: c225cc9's judged "
               "the upper end in every cell, which a reviewer showed blind where the noise is large; the "
               "third judged the point estimate, which fails a cell whose halves ran alike with a chance "
-              "of 35-42% and rejected 6 of 6818d86's 9 boots, each by a few µs of 35-190. The status "
-              "column is this rule's, computed by this report; the last column says what the run "
+              "of up to 42% (35% at half the cost's width) and rejected 6 of 6818d86's 9 boots, failing "
+              "10 of their 198 judged cells, short by 1.6-31 µs of 34.6-271 µs needed; this rule was "
+              "written after that run's data were seen, and a run measured under it is its test. The "
+              "status column is this rule's, computed by this report; the last column says what the run "
               "recorded when it was measured.", "",
               "| boot | status | judged cells | blind cells | smallest margin (where) | failed cells | recorded "
               "at run time |", "|---|---|---|---|---|---|---|"]

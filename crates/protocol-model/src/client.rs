@@ -256,8 +256,9 @@ impl World {
     /// Does the glue make `op` only if, asked again under `N_PINS`, the state machine still says
     /// so (`Registration::still_to_make`)? The fixed client asks `Op::asked_again`, as
     /// src/client.rs does. The older clients: the unpin was asked again wherever `N_PINS` was
-    /// taken around it; the proof, which only the fixed client and b477f12 had before the
-    /// others were written down here, is asked again by every client.
+    /// taken around it; the proof, which none of them had (the model gives it to the clients of
+    /// eb5e4f5 and d115ce6 as the fixed client makes it, and b477f12 answers it Ok without a
+    /// call), is asked again by every client.
     pub(crate) fn glue_asks_again(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
             (Client::Fixed, _) => op.asked_again(),

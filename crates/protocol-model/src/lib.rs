@@ -128,7 +128,7 @@ pub use nvidia::{DriverStep, TeardownStep};
 use std::fmt;
 
 use peermem_logic::range::GpuRange;
-use peermem_logic::registration::{self as reg, Actor, HostCall};
+use peermem_logic::registration::{self as reg, Actor, HostCall, Op};
 use stateright::{Model, Property};
 
 pub use reg::Flavour;
@@ -1077,7 +1077,7 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     }
                 ),
                 Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
-                Ours::PinN(CallStep::Enter) => if s.models_n_pins() {
+                Ours::PinN(CallStep::Enter) => if s.glue_takes_n_pins(Op::PinN) {
                     "peermem-rs get_pages: take N_PINS, hand the driver a reference, call nvidia_p2p_get_pages"
                 } else {
                     "peermem-rs get_pages: hand the driver a reference, call nvidia_p2p_get_pages"
@@ -1085,9 +1085,9 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 .to_string(),
                 Ours::PinN(CallStep::Returned) => format!(
                     "peermem-rs get_pages: store N's key{}",
-                    if s.models_n_pins() { ", drop N_PINS" } else { "" }
+                    if s.glue_takes_n_pins(Op::PinN) { ", drop N_PINS" } else { "" }
                 ),
-                Ours::UnpinN(CallStep::Enter) => if s.models_n_pins() {
+                Ours::UnpinN(CallStep::Enter) => if s.glue_takes_n_pins(Op::UnpinN) {
                     "peermem-rs put_pages: take N_PINS; lock: N still Unpinning? then read N's key and call nvidia_p2p_put_pages"
                 } else {
                     "peermem-rs put_pages: lock: read N's key; unlock; call nvidia_p2p_put_pages"
@@ -1095,9 +1095,9 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 .to_string(),
                 Ours::UnpinN(CallStep::Returned) => format!(
                     "peermem-rs put_pages: nvidia_p2p_put_pages returned{}",
-                    if s.models_n_pins() { ", drop N_PINS" } else { "" }
+                    if s.glue_takes_n_pins(Op::UnpinN) { ", drop N_PINS" } else { "" }
                 ),
-                Ours::ProveUnpinN(ProofStep::Enter) => if s.models_n_pins_around_p() {
+                Ours::ProveUnpinN(ProofStep::Enter) => if s.glue_takes_n_pins(Op::ProveUnpinN) {
                     "peermem-rs put_pages, proof: take N_PINS; lock: N still Proving? then call nvidia_p2p_get_pages_persistent of the first page"
                 } else {
                     "peermem-rs put_pages, proof: lock: N still Proving? then call nvidia_p2p_get_pages_persistent of the first page"
@@ -1106,11 +1106,11 @@ pub fn describe(s: &World, tid: Tid) -> String {
                 Ours::ProveUnpinN(ProofStep::Pinned) => "peermem-rs put_pages, proof: get_pages_persistent returned; if it pinned, call nvidia_p2p_put_pages_persistent".to_string(),
                 Ours::ProveUnpinN(ProofStep::Unpinned) => format!(
                     "peermem-rs put_pages, proof: put_pages_persistent returned{}",
-                    if s.models_n_pins_around_p() { ", drop N_PINS" } else { "" }
+                    if s.glue_takes_n_pins(Op::ProveUnpinN) { ", drop N_PINS" } else { "" }
                 ),
             },
             Frame::Leave => "RM takes the owner's pid out of the server's P2P object (API lock; its pins stay armed)".to_string(),
-            Frame::SecondPin(pc) => match (pc, s.models_n_pins_around_p(), s.models_n_pins()) {
+            Frame::SecondPin(pc) => match (pc, s.models_n_pins_around_p(), s.glue_takes_n_pins(Op::PinN)) {
                 (SecondPinStep::PinP, true, _) => "peermem-rs acquire of its P: take N_PINS, call nvidia_p2p_get_pages_persistent",
                 (SecondPinStep::PinP, false, _) => "peermem-rs acquire of its P: call nvidia_p2p_get_pages_persistent",
                 (SecondPinStep::PinnedP, true, _) => "peermem-rs acquire of its P: returned, drop N_PINS",
