@@ -8,7 +8,8 @@
 //! Each rule here is a fact of `docs/library-paths.md`, which gives its source and the releases it
 //! holds for; the ids in the comments (NC-5, UX-3, ...) are that page's.
 
-use crate::doctor::{app_checks, Finding, Severity};
+use crate::apps::app_checks;
+use crate::finding::{Finding, Severity};
 use crate::probe::{kallsyms_symbol, Driver, Flavour, PeerMem, Symbol};
 use crate::sysfs::Fs;
 
@@ -333,7 +334,7 @@ fn at_least(v: Option<Version>, min: Version) -> bool {
 }
 
 /// The peer-memory file a library of this release looks for and finds, by the rows of
-/// [`crate::doctor::APP_CHECKS`] (NC-3/NC-4, UX-3, NV-2, UC-2).
+/// [`crate::apps::APP_CHECKS`] (NC-3/NC-4, UX-3, NV-2, UC-2).
 fn peer_memory_found(pm: &PeerMem, i: &Installed) -> Option<&'static str> {
     let row = match i.lib {
         Lib::Nccl if at_least(i.version, (2, 23, 4)) => "NCCL >= 2.23.4",

@@ -5,7 +5,9 @@
 //! configurable root so that tests can
 //! run it on recorded trees. See `gdr-doctor --help`.
 
+mod apps;
 mod doctor;
+mod finding;
 mod json;
 mod libs;
 mod models;

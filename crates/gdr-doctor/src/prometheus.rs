@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::doctor::{self, Finding, Report, Severity};
+use crate::doctor::{self, Report};
+use crate::finding::{Finding, Severity};
 use crate::render;
 
 /// One metric family: its samples, in the order they are added, each a label set and a value.

@@ -4,7 +4,9 @@
 
 use std::fmt::Write;
 
-use crate::doctor::{self, Finding, Pair, Report, Severity, Verdict};
+use crate::apps;
+use crate::doctor::{self, Pair, Report, Verdict};
+use crate::finding::{Finding, Severity};
 use crate::json::Json;
 use crate::models::{Arch, Support};
 use crate::pci::{Acs, PciDev};
@@ -505,7 +507,7 @@ pub fn json(r: &Report) -> String {
             .with(
                 "applications",
                 Json::Arr(
-                    doctor::app_checks(pm)
+                    apps::app_checks(pm)
                         .into_iter()
                         .map(|(name, path)| {
                             Json::obj()
