@@ -197,17 +197,17 @@ struct standin_state {
 	struct rw_semaphore api_lock;
 	struct task_struct *api_lock_owner;
 	/*
-	 * With ro_api_lock_free: the task holding the API lock for read in a FREE (frees only, and one
-	 * at a time: they also hold gpus_lock, which is what orders them in RM, below), so that a
-	 * re-entry from its callbacks fails as well, as RM's per-thread record of every holder makes it
-	 * fail (595.45.04 src/nvidia/src/kernel/rmapi/rmapi.c:682-692, 760-763).
+	 * With ro_api_lock_free: the task holding the API lock for read in a FREE (frees only,
+	 * and one at a time: they also hold gpus_lock, which is what orders them in RM, below),
+	 * so that a re-entry from its callbacks fails as well, as RM's per-thread record of every
+	 * holder makes it fail (NV-REENTRY).
 	 */
 	struct task_struct *api_lock_reader;
 	/*
 	 * The GPUs lock a free of video memory takes in RM (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE of
-	 * VideoMemory, 595.45.04 src/nvidia/src/kernel/rmapi/resource_list.h:506-512): taken only by
-	 * frees with the API lock held for read (ro_api_lock_free), which it keeps from running
-	 * together. Writers of the API lock exclude them already.
+	 * VideoMemory, NV-TEARDOWN-LOCK-MODE): taken only by frees with the API lock held for read
+	 * (ro_api_lock_free), which it keeps from running together. Writers of the API lock
+	 * exclude them already.
 	 */
 	struct mutex gpus_lock;
 	u64 bar1_mapped;		/* bytes of BAR1 extents, under api_lock */

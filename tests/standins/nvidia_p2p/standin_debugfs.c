@@ -123,11 +123,12 @@ static const struct file_operations inject_fops = {
  * reset: a GPU reset's first question. RM answers that the GPU is in use while a user client has a
  * device on it or an external kernel client holds it (gpuIsInUse, src/nvidia/src/kernel/gpu/
  * gpu_rmapi.c 550:100-108, reported as NV0000_CTRL_GPU_ID_INFO_IN_USE, gpu_mgr.c:2411), and
- * nvidia-smi (NVML, not in the open sources) does not reset a GPU in use. user_clients counts the open GPU files (CUDA contexts), kernel_clients the
- * nvidia_dev_get_uuid references persistent pins hold (nv-p2p.c:484, 734). A write is refused with
- * -EBUSY then (reset_refusals), and counted as a reset otherwise; nothing else is modelled: a
- * GPU nobody uses has nothing of ours to lose. (Unbinding the driver from the GPU waits instead
- * while nv_open_device's usage_count is raised, nv-pci.c 550:986-1030, by the same holders.)
+ * nvidia-smi (NVML, not in the open sources) does not reset a GPU in use. user_clients counts the
+ * open GPU files (CUDA contexts), kernel_clients the nvidia_dev_get_uuid references persistent
+ * pins hold (NV-DEVICE-REF). A write is refused with -EBUSY then (reset_refusals), and counted as
+ * a reset otherwise; nothing else is modelled: a GPU nobody uses has nothing of ours to lose.
+ * (Unbinding the driver from the GPU waits instead while nv_open_device's usage_count is raised,
+ * nv-pci.c 550:986-1030, by the same holders.)
  */
 static ssize_t reset_write(struct file *file, const char __user *ubuf, size_t len, loff_t *ppos)
 {

@@ -152,11 +152,11 @@ module_param(cost_model, bool, 0644);
 MODULE_PARM_DESC(cost_model, "make pins and unpins cost what nvidia.ko's do (default N: off)");
 
 /*
- * The GPU is in MIG mode. 535 and 550 refuse persistent pins then (RmP2PGetGpuByAddress, the first
- * section of get_pages_persistent: MIG, APM, vGPU and PPC64LE are "unsupported configs", 550.163.01
- * src/nvidia/src/kernel/gpu/bus/p2p.c:1370-1377, NV_ERR_NOT_SUPPORTED, -ENOTSUPP through
- * nv-p2p.c's status map); 555 and later pin in the MIG instance's internal object (595 p2p.c
- * RmP2PGetPagesPersistent, RmP2PGetMigInfo). Non-persistent pins work in both.
+ * The GPU is in MIG mode. 535 and 550 refuse persistent pins then (NV-PERSISTENT-REFUSED;
+ * RmP2PGetGpuByAddress, the first section of get_pages_persistent: MIG, APM, vGPU and PPC64LE are
+ * "unsupported configs", NV_ERR_NOT_SUPPORTED, -ENOTSUPP through nv-p2p.c's status map); 555 and
+ * later pin in the MIG instance's internal object (595 p2p.c RmP2PGetPagesPersistent,
+ * RmP2PGetMigInfo). Non-persistent pins work in both.
  */
 bool mig_enabled;
 module_param(mig_enabled, bool, 0644);
@@ -166,10 +166,10 @@ MODULE_PARM_DESC(mig_enabled,
 /*
  * The tgid of the process that created RM's internal P2P object (the GPU's first opener, when RM
  * initialised the GPU in its context): that object's pid list holds it, so its put_pages searches
- * the internal object, persistent pins included (thirdpartyp2pConstruct records the creating
- * process, 550.163.01 src/nvidia/src/kernel/gpu/bus/third_party_p2p.c:75, 153-164; the internal
- * object is made at GPU state init, src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c:552, 1000-1050;
- * the lookup walks every object whose pid list holds the caller, third_party_p2p.c:300-342).
+ * the internal object, persistent pins included (NV-INTERNAL-OBJECT: thirdpartyp2pConstruct
+ * records the creating process; the internal object is made at GPU state init, 550.163.01
+ * src/nvidia/src/kernel/gpu/mem_mgr/mem_mgr.c:552; the lookup walks every object whose pid list
+ * holds the caller, NV-PUT-PAGES-LOOKUP, src/nvidia/src/kernel/gpu/bus/third_party_p2p.c:300-342).
  * 0: nobody's (nvidia-persistenced, or a GPU initialised by a process that has gone).
  */
 int internal_object_pid;
@@ -180,14 +180,14 @@ MODULE_PARM_DESC(internal_object_pid,
 /*
  * MPS: the tgid of a client process that has left the P2P object holding its pins. Under MPS the
  * server owns the memory and the P2P object; NV503C_CTRL_CMD_REGISTER_PID puts a client's pid and
- * RM client handle in that object's pid list (550.163.01 third_party_p2p_ctrl.c:172-194), and
- * freeing that client handle (its close of /dev/nvidiactl, its exit; which CUDA calls free it is not in the open sources)
- * takes them out again (CliUnregisterFromThirdPartyP2P -> CliDelThirdPartyP2PClientPid,
- * third_party_p2p.c:1025-1085) without touching the pins. Then every lookup by the caller's pid
- * (RmP2PGetInfoWithoutToken, p2p.c:873-954, through CliNextThirdPartyP2PInfoWithPid,
- * third_party_p2p.c:300-342) finds nothing for it: its get_pages fail, its put_pages find no pin
- * and answer 0 (NV_ERR_OBJECT_NOT_FOUND, nv-p2p.c:325-335), and its pins stay armed until the
- * server frees the memory. 0: nobody has left.
+ * RM client handle in that object's pid list, and freeing that client handle (its close of
+ * /dev/nvidiactl, its exit; which CUDA calls free it is not in the open sources) takes them out
+ * again (CliUnregisterFromThirdPartyP2P -> CliDelThirdPartyP2PClientPid) without touching the pins
+ * (NV-PID-LIST). Then every lookup by the caller's pid (RmP2PGetInfoWithoutToken, 550.163.01
+ * p2p.c:873-954, through CliNextThirdPartyP2PInfoWithPid, third_party_p2p.c:300-342) finds nothing
+ * for it: its get_pages fail, its put_pages find no pin and answer 0 (NV_ERR_OBJECT_NOT_FOUND,
+ * NV-PUT-PAGES-LOOKUP), and its pins stay armed until the server frees the memory. 0: nobody has
+ * left.
  */
 int mps_departed_tgid;
 module_param(mps_departed_tgid, int, 0644);
@@ -195,21 +195,19 @@ MODULE_PARM_DESC(mps_departed_tgid,
 		 "tgid of an MPS client taken out of the P2P object's pid list: its lookups find nothing, its pins stay (default 0: none)");
 
 /*
- * RM's registry key RmRoApiLock with its FREE_RESOURCE bit set (595.45.04
- * src/nvidia/interface/nvrm_registry.h:709-724; not set by default, where only controls take the
- * API lock for read, src/nvidia/src/kernel/core/system.c:375-413, and only for the modules of
- * apiLockModuleMask, 420-423, rmapi.c:572-580): an explicit free of video memory then takes the
- * API lock for read (serverFreeResourceLookupLockFlags, alloc_free.c:1733-1768;
- * serverFreeResourceTree, rs_server.c:1205-1256; serverTopLock_Prologue, alloc_free.c:241-256)
- * and the GPUs lock (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE, resource_list.h:506-512), and runs the P2P
- * teardown and its free callbacks under them. (The force-shared-lock property, on by default,
- * concerns only resources flagged for it, OsDescMemory, resource_list.h:577: not video memory.)
- * Every other path takes it for write as before: the rm_p2p_* calls, UNREGISTER_VIDMEM (the P2P
- * controls are not API_LOCK_READONLY, g_third_party_p2p_nvoc.c:351-428), GPU removal, and a
- * closing file's clients, which RM frees under a write-held lock (osapi.c:3006-3032). What changes
- * for a client: the callback of a FREE runs under a read-held lock. A re-entry from it fails as
- * under a write-held one: RM records every holder, reader or writer, in a thread-local entry
- * (rmapi.c:682-692), which rmapiLockIsOwner reads (rmapi.c:760-763, checked at 563).
+ * RM's registry key RmRoApiLock with its FREE_RESOURCE bit set (NV-TEARDOWN-LOCK-MODE; not set by
+ * default, where only controls take the API lock for read, and only for the modules of
+ * apiLockModuleMask): an explicit free of video memory then takes the API lock for read
+ * (serverFreeResourceLookupLockFlags, serverFreeResourceTree, serverTopLock_Prologue) and the GPUs
+ * lock (RS_FLAGS_ACQUIRE_GPUS_LOCK_ON_FREE), and runs the P2P teardown and its free callbacks under
+ * them. (The force-shared-lock property, on by default, concerns only resources flagged for it,
+ * OsDescMemory: not video memory.) Every other path takes it for write as before: the rm_p2p_*
+ * calls, UNREGISTER_VIDMEM (the P2P controls are not API_LOCK_READONLY, 595.45.04
+ * g_third_party_p2p_nvoc.c:351-428), GPU removal, and a closing file's clients, which RM frees
+ * under a write-held lock (NV-TEARDOWN-LOCK-MODE). What changes for a client: the callback of a
+ * FREE runs under a read-held lock. A re-entry from it fails as under a write-held one: RM records
+ * every holder, reader or writer, in a thread-local entry, which rmapiLockIsOwner reads
+ * (NV-REENTRY).
  */
 bool ro_api_lock_free;
 module_param(ro_api_lock_free, bool, 0644);
@@ -616,7 +614,7 @@ static int standin_release(struct inode *inode, struct file *file)
 	/*
 	 * Only the task holding the lock could be refused, and it cannot be closing our file. For
 	 * write in every mode: RM frees a closing file's clients under the lock taken for write
-	 * (rm_cleanup_file_private, 595.45.04 osapi.c:3006-3032), unless clients are freed deferred
+	 * (rm_cleanup_file_private, NV-TEARDOWN-LOCK-MODE), unless clients are freed deferred
 	 * (RmClientListDeferredFree, off by default), which ro_api_lock_free does not model.
 	 */
 	if (WARN_ON(rm_api_lock(__func__)))

@@ -242,9 +242,9 @@ static int nv_p2p_get_pages(bool persistent, u64 p2p_token, u32 va_space, u64 va
 			goto failed;
 		pt->gpu_uuid = uuid;
 		/*
-		 * nvidia_dev_get_uuid (550.163.01 nv-p2p.c:484): opens the device and raises RM's
-		 * external kernel client count (nv.c:5150-5195) until put_pages_persistent, so the
-		 * GPU is in use while the pin lives (the reset debugfs file).
+		 * nvidia_dev_get_uuid (NV-DEVICE-REF): opens the device and raises RM's external
+		 * kernel client count until put_pages_persistent, so the GPU is in use while the
+		 * pin lives (the reset debugfs file).
 		 */
 		count_inc(kernel_clients);
 		device_held = true;
@@ -408,7 +408,7 @@ static int p2p_put_pages_persistent(uint64_t virtual_address,
 	ret = rm_p2p_put_pages_persistent(page_table);
 	if (!ret)
 		nv_p2p_free_page_table(page_table);
-	count_dec(kernel_clients);	/* nvidia_dev_put_uuid, whatever RM answered (nv-p2p.c:731-734) */
+	count_dec(kernel_clients);	/* nvidia_dev_put_uuid, whatever RM said (NV-DEVICE-REF) */
 	return ret;
 }
 

@@ -56,14 +56,14 @@ static DEFINE_HASHTABLE(records, 12);
 static atomic64_t newest_serial;
 
 /*
- * rmapiLockAcquire(API_LOCK_FLAGS_NONE): the write lock, taken by every rm_p2p_* entry (osapi.c
- * 550:4404 dma_map_pages, 4527 get_pages_persistent, 4568 and 4630 get_pages's two sections, 4659
- * put_pages_persistent, 4689 put_pages) and held across the free path's callbacks
- * (serverTopLock_Prologue, alloc_free.c 550:252; CliDelThirdPartyP2PVidmemInfo,
- * third_party_p2p.c 550:583-586). It is refused to the task that already holds it
- * (rmapiLockIsOwner, rmapi.c 550:623), which in practice is a free callback calling back into the
- * driver. nvidia.ko logs an assertion and returns NV_ERR_INVALID_LOCK_STATE (-EIO); the stand-in
- * also WARNs, so that a client doing it fails every test run.
+ * rmapiLockAcquire(API_LOCK_FLAGS_NONE): the write lock, taken by every rm_p2p_* entry
+ * (dma_map_pages, get_pages_persistent, get_pages's two sections, put_pages_persistent, put_pages:
+ * NV-API-LOCK, NV-GET-PAGES-TWO-SECTIONS) and held across the free path's callbacks
+ * (serverTopLock_Prologue, alloc_free.c 550:252; CliDelThirdPartyP2PVidmemInfo, NV-TEARDOWN). It
+ * is refused to the task that already holds it (rmapiLockIsOwner, NV-REENTRY), which in practice
+ * is a free callback calling back into the driver. nvidia.ko logs an assertion and returns
+ * NV_ERR_INVALID_LOCK_STATE (-EIO); the stand-in also WARNs, so that a client doing it fails every
+ * test run.
  *
  * noinline changes no behaviour: a task blocked here shows rm_api_lock at the top of its kernel
  * stack, which is how the race tests (tests/selftests/races/races.c) prove that the task they race
@@ -501,8 +501,8 @@ out:
  * @newest_at_call is rm_newest_pin_serial() when the caller's put_pages began. A record made after
  * that cannot be the caller's pin: the caller's table had been torn down (freed), and a new pin of
  * the same process made since the call began got its address. RM cannot tell (the key is only
- * compared, 550.163.01 p2p.c:1455-1493) and unpins that other pin without its callback, and
- * nv-p2p frees its table under its owner (nv-p2p.c:321-328); so does the stand-in, after a WARN
+ * compared, NV-PUT-PAGES-LOOKUP) and unpins that other pin without its callback, and nv-p2p frees
+ * its table under its owner (550.163.01 nv-p2p.c:321-328); so does the stand-in, after a WARN
  * (reused_put_pages) that names the calling client's race. NVIDIA's nvidia-peermem has it too:
  * its put_pages after the host dropped the mapping lock (PEER_MEM_INVALIDATE_UNMAPS), and the
  * put_pages right after the get_pages of its acquire, are unfenced against a teardown
@@ -669,8 +669,7 @@ static bool peer_can_reach(struct pci_dev *peer, u64 phys)
  * A page that fails is what nvidia.ko makes of it up to 580: nv_dma_map_mmio leaves
  * DMA_MAPPING_ERROR in its entry (550.163.01 kernel-open/nvidia/nv-dma.c:878-899), and the
  * loop unmaps the pages before it and goes on with the next page, so that the status returned is
- * the last page's (src/nvidia/arch/nvalloc/unix/src/osapi.c 550:4425-4440; 535.288.01
- * osapi.c:4208-4223; 580 around 4495-4509; 590 stops at the failure). A failure before the last
+ * the last page's (NV-PARTIAL-DMA-MAP; 590 stops at the failure). A failure before the last
  * page is reported as a mapping made, with the pages up to the failed one not mapped: recorded in
  * *@unmapped (allocated here, NULL when every page is mapped), counted in half_mappings.
  */

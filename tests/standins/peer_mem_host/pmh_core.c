@@ -655,10 +655,10 @@ static int pmh_check_peer_sgl(struct pmh_mr *mr)
 
 /*
  * ib_peer_umem_get (peer_mem.c:402-502): the first client that claims the range pins and maps it
- * for the NIC, all under the MR's mapping lock. For a client that does not invalidate the lock is
- * dropped before returning; for one that does it stays held until the memory key exists and the
- * invalidation notifier is activated (pmh_activate_invalidation_notifier), or until the
- * deregistration path stops it.
+ * for the NIC, all under the MR's mapping lock (OFED-MAPPING-LOCK). For a client that does not
+ * invalidate the lock is dropped before returning; for one that does it stays held until the
+ * memory key exists and the invalidation notifier is activated
+ * (pmh_activate_invalidation_notifier), or until the deregistration path stops it.
  */
 static int pmh_peer_umem_get(struct pmh_mr *mr, u32 flags, int pin_err)
 {
@@ -745,8 +745,8 @@ static void pmh_activate_invalidation_notifier(struct pmh_mr *mr)
 }
 
 /*
- * ib_umem_stop_invalidation_notifier as of MLNX_OFED 25.04 (peer_mem.c:328-360; up to 24.10 the
- * second test was inverted, see README.md). After it no invalidation reaches the client for
+ * ib_umem_stop_invalidation_notifier as of MLNX_OFED 25.04 (OFED-DEREG; in 24.10 and 25.01 the
+ * second test was inverted, OFED-STOP-NOTIFIER, see README.md). After it no invalidation reaches the client for
  * this MR. A legacy client is unmapped under the lock; an ex one with PEER_MEM_INVALIDATE_UNMAPS
  * is marked unmapped under it (which blocks invalidations) and unmapped after it is dropped.
  */
@@ -787,7 +787,7 @@ static void pmh_stop_invalidation_notifier(struct pmh_mr *mr)
 }
 
 /*
- * ib_peer_umem_release (peer_mem.c:504-528), without the mapping lock: unmap if still mapped
+ * ib_peer_umem_release, without the mapping lock (OFED-DEREG): unmap if still mapped
  * (the path of MRs that never invalidate), forget the id, release the client's context.
  */
 static void pmh_peer_umem_release(struct pmh_mr *mr)

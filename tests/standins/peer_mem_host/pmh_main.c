@@ -42,7 +42,7 @@ MODULE_PARM_DESC(trim_sgl,
 /*
  * Read at each device removal. ib_uverbs disassociates the files of a device that goes away:
  * every later command on them but a destroy fails with -EIO until they are closed
- * (rdma_core.c:400-409 at 25.10); here deregistrations fail too (README.md says so). 0 keeps the
+ * (OFED-DESTROY-RWSEM); here deregistrations fail too (README.md says so). 0 keeps the
  * files usable, which the tests written before this knob rely on.
  */
 static bool pmh_disassociate;
@@ -61,8 +61,9 @@ MODULE_PARM_DESC(nonpci_dma_device,
 
 /*
  * Read at each deregistration and unwinding: the host of MLNX_OFED/DOCA-OFED up to 25.01, whose
- * ib_umem_stop_invalidation_notifier has the second test inverted (peer_mem.c:337 at c89c74ee,
- * 24.10-1.1.4.0, and e9390164, 25.01: `xa_id != PEER_NO_INVALIDATION_ID`; `==` from cccf5314, 25.04).
+ * ib_umem_stop_invalidation_notifier has the second test inverted (OFED-STOP-NOTIFIER; at
+ * c89c74ee, 24.10-1.1.4.0, and e9390164, 25.01: `xa_id != PEER_NO_INVALIDATION_ID`; `==` from
+ * cccf5314, 25.04).
  */
 bool pmh_stop_notifier_before_25_04;
 module_param_named(stop_notifier_before_25_04, pmh_stop_notifier_before_25_04, bool, 0644);
@@ -91,10 +92,10 @@ struct pmh_file {
 	struct list_head node;	/* in pmh_files, for device removal */
 	bool disassociated;	/* a device removal went by (with disassociate=1): -EIO */
 	/*
-	 * ib_uverbs' hw_destroy_rwsem: a device removal destroys this file's MRs under it held for
-	 * write (uverbs_destroy_ufile_hw, rdma_core.c:930-952 at 25.10, called file by file from
-	 * ib_uverbs_free_hw_resources, uverbs_main.c:1222-1252); a user's destroy takes it for read
-	 * (uobj_destroy, rdma_core.c:189-215) and the last close for write (ib_uverbs_close,
+	 * ib_uverbs' hw_destroy_rwsem (OFED-DESTROY-RWSEM): a device removal destroys this
+	 * file's MRs under it held for write (uverbs_destroy_ufile_hw, called file by file from
+	 * ib_uverbs_free_hw_resources, uverbs_main.c:1222-1252 at 25.10); a user's destroy takes
+	 * it for read (uobj_destroy) and the last close for write (ib_uverbs_close,
 	 * uverbs_main.c:1012-1016). So a deregistration or a last close that meets the removal of
 	 * this file's MRs returns once they are gone, while those of files the removal has not
 	 * reached yet go on in their own task. Taken before the file's lock; the kworker never takes
