@@ -50,7 +50,8 @@ use kernel::workqueue::{self, impl_has_work, new_work, Work, WorkItem};
 
 use crate::foreign::ForeignRef;
 use crate::kapi::{self, SharedMutex, StaticMutex, StaticMutexGuard};
-use crate::logic::cause::{Cause, EINVAL as EINVAL_NR, EIO as EIO_NR, ENOMEM as ENOMEM_NR};
+use crate::logic::cause::Cause;
+use crate::logic::errno::Errno;
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
     Actor, Commit, Event, HostCall, Op, Refusal, Registration, Step, Violation,
@@ -306,10 +307,10 @@ impl RegCtx {
         op: Op,
         mut out: Handles,
         args: &mut HostArgs,
-    ) -> (Handles, Result<(), i32>) {
+    ) -> (Handles, Result<(), Errno>) {
         let range = self.range();
         let t = args.t;
-        let errno = |e: Error| -e.to_errno();
+        let errno = kapi::errno;
         // `N_PINS` where the state machine says (see the lock's rules above), and under it the
         // state machine asked again whether N's unpin, or its proof, is still to be made.
         let _n_pins = op.takes_n_pins().then(|| lock_n_pins(t));
@@ -359,7 +360,7 @@ impl RegCtx {
                         // memory; a refused unpin leaves the driver that pin (and its device
                         // reference): say so.
                         if let Err(e) = probe.put(page, t) {
-                            let event = Event::UnpinPFailed(-e.to_errno());
+                            let event = Event::UnpinPFailed(errno(e));
                             stats::event(self.link.name(), page, Actor::Host, event, t);
                         }
                         Ok(())
@@ -387,7 +388,7 @@ impl RegCtx {
                     .dma_map(&peer, t)
                     .map(|mapping| out.mapping = Some((peer, mapping)))
                     .map_err(errno),
-                _ => Err(EINVAL_NR),
+                _ => Err(Errno::EINVAL),
             },
             Op::FillSg => {
                 let filled = match (&out.sg, &out.mapping) {
@@ -401,13 +402,13 @@ impl RegCtx {
                     tables::first_failed_page(range.pages(), page).is_some()
                 };
                 match (&out.p, &mut out.sg, &out.mapping, filled) {
-                    (Some(p), Some(_), Some((_, m)), true) if half_made(p, m) => Err(EIO_NR),
+                    (Some(p), Some(_), Some((_, m)), true) if half_made(p, m) => Err(Errno::EIO),
                     (Some(_), Some(sg), Some((_, m)), true) => t
                         .time(timing::Step::SgFill, || {
                             sg.fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
                         })
                         .map_err(errno),
-                    _ => Err(EINVAL_NR),
+                    _ => Err(Errno::EINVAL),
                 }
             }
             Op::UnmapP => {
@@ -534,12 +535,12 @@ fn refuse(
     link: &HostLink,
     call: &str,
     range: Option<GpuRange>,
-    errno: i32,
+    errno: Errno,
     cause: Cause,
     t: Timing,
 ) -> Error {
     stats::refuse(link.name(), call, range, errno, cause, t);
-    Error::from_errno(-errno)
+    kapi::error(errno)
 }
 
 fn refused(link: &HostLink, call: &str, range: GpuRange, r: Refusal, t: Timing) -> Error {
@@ -578,7 +579,7 @@ impl PeerClient for RegCtx {
     /// mine".
     fn acquire(link: &'static HostLink, addr: u64, size: u64, t: Timing) -> Option<Arc<RegCtx>> {
         let Ok(range) = GpuRange::covering(addr, size) else {
-            refuse(link, "acquire", None, EINVAL_NR, Cause::BadRange, t);
+            refuse(link, "acquire", None, Errno::EINVAL, Cause::BadRange, t);
             return None;
         };
         let no = |errno, cause| {
@@ -586,10 +587,10 @@ impl PeerClient for RegCtx {
             None
         };
         if !link.ready() {
-            return no(EINVAL_NR, Cause::NotReady);
+            return no(Errno::EINVAL, Cause::NotReady);
         }
         let Some(module) = ModuleRef::get(t) else {
-            return no(EINVAL_NR, Cause::Unloading);
+            return no(Errno::EINVAL, Cause::Unloading);
         };
         // Under `N_PINS`: the driver may find a persistent pin by its address too (see the lock's
         // rules), so no pin of ours may take the address a stale unpin names.
@@ -599,11 +600,14 @@ impl PeerClient for RegCtx {
         };
         let p = match pinned {
             Ok(p) => p,
-            Err(e) => return no(-e.to_errno(), Cause::of_persistent_pin_errno(-e.to_errno())),
+            Err(e) => {
+                let errno = kapi::errno(e);
+                return no(errno, Cause::of_persistent_pin_errno(errno));
+            }
         };
         if p.header().check(range.pages()).is_err() {
             let _ = p.put(range, t);
-            return no(EINVAL_NR, Cause::UnknownLayout);
+            return no(Errno::EINVAL, Cause::UnknownLayout);
         }
         let state = t.time(timing::Step::StateMachine, || {
             Registration::acquired(link.flavour(), range, kapi::current_tgid())
@@ -629,7 +633,7 @@ impl PeerClient for RegCtx {
         });
         let Ok(ctx) = ctx else {
             let _ = p.put(range, t);
-            return no(ENOMEM_NR, Cause::OutOfMemory);
+            return no(Errno::ENOMEM, Cause::OutOfMemory);
         };
         // Nobody else knows the registration yet.
         ctx.lock(t).p = Some(p);
@@ -648,8 +652,16 @@ impl PeerClient for RegCtx {
         core_context: u64,
         t: Timing,
     ) -> Result {
-        let range = GpuRange::covering(addr, size)
-            .map_err(|_| refuse(ctx.link, "get_pages", None, EINVAL_NR, Cause::BadRange, t))?;
+        let range = GpuRange::covering(addr, size).map_err(|_| {
+            refuse(
+                ctx.link,
+                "get_pages",
+                None,
+                Errno::EINVAL,
+                Cause::BadRange,
+                t,
+            )
+        })?;
         host_call(
             ctx,
             "get_pages",
@@ -678,7 +690,7 @@ impl PeerClient for RegCtx {
                 ctx.link,
                 "dma_map",
                 Some(range),
-                EINVAL_NR,
+                Errno::EINVAL,
                 Cause::NotPciDevice,
                 t,
             ));

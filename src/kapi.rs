@@ -50,6 +50,7 @@ use kernel::ffi::{c_char, c_int, c_ulong};
 use kernel::prelude::*;
 use kernel::workqueue::Queue;
 
+use crate::logic::errno::Errno;
 use crate::logic::registration::Tgid;
 use crate::sys;
 
@@ -86,6 +87,16 @@ pub(crate) fn cstr_str(s: &CStr) -> &str {
 }
 
 // --- errors --------------------------------------------------------------------------------------
+
+/// The logic's [`Errno`] of a kernel error.
+pub(crate) fn errno(e: Error) -> Errno {
+    Errno::from_negative(e.to_errno())
+}
+
+/// The kernel error of the logic's [`Errno`].
+pub(crate) fn error(e: Errno) -> Error {
+    Error::from_errno(e.negative())
+}
 
 /// `-EOPNOTSUPP`.
 // Used only by a build for an NVIDIA driver without the persistent API (src/nvidia.rs).

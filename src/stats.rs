@@ -12,6 +12,7 @@ use crate::kapi::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::kapi::{self, cstr_str, CStr, SharedMutex, StaticMutex};
 
 use crate::logic::cause::Cause;
+use crate::logic::errno::Errno;
 use crate::logic::range::GpuRange;
 use crate::logic::ratelimit::{RateLimit, Verdict};
 use crate::logic::registration::{Actor, Event, Violation};
@@ -111,7 +112,7 @@ pub(crate) fn refuse(
     client: &CStr,
     call: &str,
     range: Option<GpuRange>,
-    errno: i32,
+    errno: Errno,
     cause: Cause,
     t: Timing,
 ) {
@@ -123,7 +124,7 @@ pub(crate) fn refuse(
         Some(r) => say(
             t,
             format_args!(
-                "{}: {} of GPU VA {:#x}+{:#x} (pid {}) refused, errno -{}: {}\n",
+                "{}: {} of GPU VA {:#x}+{:#x} (pid {}) refused, errno {}: {}\n",
                 client,
                 call,
                 r.start(),
@@ -136,7 +137,7 @@ pub(crate) fn refuse(
         None => say(
             t,
             format_args!(
-                "{}: {} (pid {}) refused, errno -{}: {}\n",
+                "{}: {} (pid {}) refused, errno {}: {}\n",
                 client,
                 call,
                 pid,
@@ -176,7 +177,7 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, 
         }
         Event::UnpinNUnproven(errno) => {
             UNPROVEN_UNPINS.add(1);
-            let why = if errno == crate::logic::cause::EINVAL {
+            let why = if errno == Errno::EINVAL {
                 "no longer reaches that memory through the driver (an MPS client whose RM client \
                  went before its memory registration)"
             } else {
@@ -185,7 +186,7 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, 
             say(
                 t,
                 format_args!(
-                "{}: GPU VA {:#x}+{:#x}: pid {} {} (errno -{}), so its unpin would prove nothing: \
+                "{}: GPU VA {:#x}+{:#x}: pid {} {} (errno {}), so its unpin would prove nothing: \
                  the pin is left to the driver, and the registration stays (and peermem-rs \
                  loaded) until the driver calls it back when the memory is freed\n",
                 client,
@@ -202,7 +203,7 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, 
             say(
                 t,
                 format_args!(
-                    "{}: the NVIDIA driver refused to unpin GPU VA {:#x}+{:#x} (errno -{}); {}\n",
+                    "{}: the NVIDIA driver refused to unpin GPU VA {:#x}+{:#x} (errno {}); {}\n",
                     client,
                     range.start(),
                     range.len(),
@@ -218,7 +219,7 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, 
         Event::BarrierFailed(errno) => {
             KEPT_REGISTRATIONS.add(1);
             say(t, format_args!(
-                "{}: the NVIDIA driver failed {} times (last errno -{}) to show that its teardown of \
+                "{}: the NVIDIA driver failed {} times (last errno {}) to show that its teardown of \
                  GPU VA {:#x}+{:#x} has returned from peermem-rs's callback; the registration is \
                  kept, and peermem-rs stays loaded until reboot, rather than freed under it\n",
                 client,
@@ -250,11 +251,12 @@ pub(crate) fn violation(client: &CStr, call: &str, range: GpuRange, v: Violation
     let _stats = t.span(Step::Stats);
     ERRORS[Cause::HostProtocol.index()].add(1);
     say(t, format_args!(
-        "{}: {} of GPU VA {:#x}+{:#x} refused, errno -22: the peer-memory host broke the protocol: {}\n",
+        "{}: {} of GPU VA {:#x}+{:#x} refused, errno {}: the peer-memory host broke the protocol: {}\n",
         cstr_str(client),
         call,
         range.start(),
         range.len(),
+        Errno::EINVAL,
         v.explain()
     ));
 }

@@ -6,6 +6,8 @@
 //! what happened and what to do. nvidia-peermem answers most of these with a bare errno, or not at
 //! all; an operator reading `dmesg` should not need the source to understand an EFAULT.
 
+use crate::logic::errno::Errno;
+
 /// A cause of refusal. The discriminants index the per-cause counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {
@@ -139,10 +141,10 @@ impl Cause {
     }
 
     /// The cause of an errno returned by the NVIDIA driver's pin call (get_pages).
-    pub fn of_pin_errno(errno: i32) -> Cause {
+    pub fn of_pin_errno(errno: Errno) -> Cause {
         match errno {
-            EINVAL => Cause::NotGpuMemory,
-            ENOMEM => Cause::Bar1Exhausted,
+            Errno::EINVAL => Cause::NotGpuMemory,
+            Errno::ENOMEM => Cause::Bar1Exhausted,
             _ => Cause::DriverError,
         }
     }
@@ -150,31 +152,22 @@ impl Cause {
     /// The cause of an errno returned by the NVIDIA driver's persistent pin
     /// (get_pages_persistent): its ENOTSUPP is the refusal of persistent pins on this GPU (550
     /// p2p.c `RmP2PGetGpuByAddress`; peermem-rs passes no flag that could be refused).
-    pub fn of_persistent_pin_errno(errno: i32) -> Cause {
+    pub fn of_persistent_pin_errno(errno: Errno) -> Cause {
         match errno {
-            ENOTSUPP | EOPNOTSUPP => Cause::PersistentPinsUnsupported,
+            Errno::ENOTSUPP | Errno::EOPNOTSUPP => Cause::PersistentPinsUnsupported,
             _ => Cause::of_pin_errno(errno),
         }
     }
 
     /// The cause of an errno returned by the NVIDIA driver's dma_map_pages.
-    pub fn of_map_errno(errno: i32) -> Cause {
+    pub fn of_map_errno(errno: Errno) -> Cause {
         match errno {
-            ENOTSUPP | EOPNOTSUPP => Cause::TopologyUnsupported,
-            ENOMEM => Cause::OutOfMemory,
+            Errno::ENOTSUPP | Errno::EOPNOTSUPP => Cause::TopologyUnsupported,
+            Errno::ENOMEM => Cause::OutOfMemory,
             _ => Cause::DriverError,
         }
     }
 }
-
-/// Linux errno values the logic needs (positive, as in `include/uapi/asm-generic/errno*.h`).
-pub const EIO: i32 = 5;
-pub const EINVAL: i32 = 22;
-pub const ENOMEM: i32 = 12;
-pub const EFAULT: i32 = 14;
-pub const EOPNOTSUPP: i32 = 95;
-/// The kernel-internal "operation not supported" the NVIDIA driver returns (not in uapi).
-pub const ENOTSUPP: i32 = 524;
 
 #[cfg(test)]
 mod tests {
@@ -193,15 +186,21 @@ mod tests {
 
     #[test]
     fn errnos_map_to_causes() {
-        assert_eq!(Cause::of_pin_errno(EINVAL), Cause::NotGpuMemory);
-        assert_eq!(Cause::of_pin_errno(ENOMEM), Cause::Bar1Exhausted);
-        assert_eq!(Cause::of_pin_errno(5), Cause::DriverError);
+        assert_eq!(Cause::of_pin_errno(Errno::EINVAL), Cause::NotGpuMemory);
+        assert_eq!(Cause::of_pin_errno(Errno::ENOMEM), Cause::Bar1Exhausted);
+        assert_eq!(Cause::of_pin_errno(Errno::EIO), Cause::DriverError);
         assert_eq!(
-            Cause::of_persistent_pin_errno(ENOTSUPP),
+            Cause::of_persistent_pin_errno(Errno::ENOTSUPP),
             Cause::PersistentPinsUnsupported
         );
-        assert_eq!(Cause::of_persistent_pin_errno(ENOMEM), Cause::Bar1Exhausted);
-        assert_eq!(Cause::of_pin_errno(ENOTSUPP), Cause::DriverError);
-        assert_eq!(Cause::of_map_errno(ENOTSUPP), Cause::TopologyUnsupported);
+        assert_eq!(
+            Cause::of_persistent_pin_errno(Errno::ENOMEM),
+            Cause::Bar1Exhausted
+        );
+        assert_eq!(Cause::of_pin_errno(Errno::ENOTSUPP), Cause::DriverError);
+        assert_eq!(
+            Cause::of_map_errno(Errno::ENOTSUPP),
+            Cause::TopologyUnsupported
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! in the module and on the host (crates/peermem-logic), where `cargo test` exercises them.
 
 pub mod cause;
+pub mod errno;
 pub mod range;
 pub mod ratelimit;
 pub mod registration;

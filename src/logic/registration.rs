@@ -58,7 +58,8 @@
 //!    the callback: it hands the driver's reference to the work item, whose queue module exit
 //!    destroys (waiting for a running item), so no module code runs after the module is gone.
 
-use crate::logic::cause::{Cause, EINVAL, EIO, ENOMEM};
+use crate::logic::cause::Cause;
+use crate::logic::errno::Errno;
 use crate::logic::range::GpuRange;
 
 /// A process, as the NVIDIA driver tells them apart: the thread-group id (`current->tgid`).
@@ -212,16 +213,16 @@ pub enum Event {
     /// P was unpinned: its bytes are no longer pinned.
     Unpinned,
     /// The driver refused to unpin P (errno): the persistent pin stays (no callback can come).
-    UnpinPFailed(i32),
+    UnpinPFailed(Errno),
     /// The driver refused to unpin N (errno): it may still call back, so the registration stays.
-    UnpinNFailed(i32),
+    UnpinNFailed(Errno),
     /// N could not be unpinned because the caller is not the pinning process: the driver keeps it,
     /// and the registration, until the owner frees the memory or exits.
     UnpinNForeign,
     /// The owner no longer reaches its memory through the driver (errno of the proof), and no
     /// callback has claimed N: it has left the P2P object (MPS), or the driver failed. Its
     /// put_pages would prove nothing: N stays armed, and the registration until its callback.
-    UnpinNUnproven(i32),
+    UnpinNUnproven(Errno),
     /// The free callback invalidated the registration through the host.
     Invalidated,
     /// The free callback found a host call in flight (registration or deregistration) and left the
@@ -233,7 +234,7 @@ pub enum Event {
     ReleasedWithoutPutPages,
     /// [`BARRIER_TRIES`] `DriverBarrier`s failed (the last errno): the work item keeps its
     /// reference, so the registration and the module stay (until reboot).
-    BarrierFailed(i32),
+    BarrierFailed(Errno),
 }
 
 /// How many `DriverBarrier`s in a row may fail before the work item gives up waiting and keeps
@@ -243,13 +244,12 @@ pub const BARRIER_TRIES: u8 = 10;
 /// Why a host call fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Refusal {
-    /// Positive errno.
-    pub errno: i32,
+    pub errno: Errno,
     pub cause: Cause,
 }
 
 impl Refusal {
-    fn new(errno: i32, cause: Cause) -> Self {
+    fn new(errno: Errno, cause: Cause) -> Self {
         Self { errno, cause }
     }
 }
@@ -518,6 +518,16 @@ enum Barrier {
     GaveUp,
 }
 
+impl Barrier {
+    /// Barriers that failed in a row so far ([`BARRIER_TRIES`] once the work item gave up).
+    fn failed(self) -> u8 {
+        match self {
+            Barrier::NotDue { failed } | Barrier::Due { failed } => failed,
+            Barrier::GaveUp => BARRIER_TRIES,
+        }
+    }
+}
+
 /// The state of one registration. See the module documentation for the rules.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Registration {
@@ -751,9 +761,9 @@ impl Registration {
         }
     }
 
-    /// `actor`'s call `op` returned `result` (`Err` holds a positive errno). The caller holds the
+    /// `actor`'s call `op` returned `result` (`Err` holds the errno). The caller holds the
     /// lock, and carries out the returned [`Commit`] before dropping it.
-    pub fn done(&mut self, actor: Actor, op: Op, result: Result<(), i32>) -> Commit {
+    pub fn done(&mut self, actor: Actor, op: Op, result: Result<(), Errno>) -> Commit {
         match op {
             Op::MapP if result.is_ok() => {
                 // P stays reserved for this dma_map until its commit (FillSg).
@@ -785,10 +795,7 @@ impl Registration {
             }
             Actor::Work => {
                 if op == Op::DriverBarrier {
-                    let failed = match self.barrier {
-                        Barrier::NotDue { failed } | Barrier::Due { failed } => failed,
-                        Barrier::GaveUp => BARRIER_TRIES,
-                    };
+                    let failed = self.barrier.failed();
                     self.barrier = match result {
                         Ok(()) => Barrier::NotDue { failed: 0 },
                         Err(errno) => {
@@ -867,7 +874,8 @@ impl Registration {
                     }
                     if !self.p.is(PUse::Idle) {
                         // Not reachable: P is the host's alone until the registration is Mapped.
-                        return self.host_return(Err(Refusal::new(EINVAL, Cause::HostProtocol)));
+                        return self
+                            .host_return(Err(Refusal::new(Errno::EINVAL, Cause::HostProtocol)));
                     }
                     // P is reserved for this dma_map from the allocation to the commit.
                     self.p.set(PUse::Mapping);
@@ -938,7 +946,7 @@ impl Registration {
         self.host_return(Ok(()))
     }
 
-    fn host_done(&mut self, op: Op, result: Result<(), i32>) -> Commit {
+    fn host_done(&mut self, op: Op, result: Result<(), Errno>) -> Commit {
         let Some(h) = self.host else {
             return Commit::Nothing;
         };
@@ -961,7 +969,7 @@ impl Registration {
                         }
                         // P proves the range was GPU memory of this process at acquire: the driver
                         // not finding it now means it was freed (or unmapped) meanwhile.
-                        Err(if errno == EINVAL {
+                        Err(if errno == Errno::EINVAL {
                             FREED
                         } else {
                             Refusal::new(errno, Cause::of_pin_errno(errno))
@@ -977,7 +985,7 @@ impl Registration {
                 Err(_) => {
                     self.p.set(PUse::Idle);
                     self.set_host_stage(HostStage::Finish(Err(Refusal::new(
-                        ENOMEM,
+                        Errno::ENOMEM,
                         Cause::OutOfMemory,
                     ))));
                 }
@@ -998,8 +1006,8 @@ impl Registration {
                 self.p.set(PUse::Mapped);
                 let refusal = match result {
                     // The glue's EIO: a page the driver did not map (`tables::first_failed_page`).
-                    Err(EIO) => Some(Refusal::new(EIO, Cause::PartialDmaMapping)),
-                    Err(_) => Some(Refusal::new(EINVAL, Cause::UnknownLayout)),
+                    Err(Errno::EIO) => Some(Refusal::new(Errno::EIO, Cause::PartialDmaMapping)),
+                    Err(_) => Some(Refusal::new(Errno::EINVAL, Cause::UnknownLayout)),
                     Ok(()) if self.n == NPin::TornDown => Some(FREED),
                     Ok(()) => None,
                 };
@@ -1104,11 +1112,9 @@ impl Registration {
                 // The work item always runs after this: it unpins P if that is wanted, and drops
                 // the driver's reference (handed over with this step), which may be the last one.
                 self.work.queue();
-                let failed = match self.barrier {
-                    Barrier::NotDue { failed } | Barrier::Due { failed } => failed,
-                    Barrier::GaveUp => BARRIER_TRIES,
+                self.barrier = Barrier::Due {
+                    failed: self.barrier.failed(),
                 };
-                self.barrier = Barrier::Due { failed };
                 Step::HandDriverRefToWork
             }
             CallbackStage::Idle | CallbackStage::Done { .. } => Step::Return(Ok(())),
@@ -1146,7 +1152,7 @@ impl Registration {
 
 /// A registration freed while it was being registered.
 const FREED: Refusal = Refusal {
-    errno: crate::logic::cause::EFAULT,
+    errno: Errno::EFAULT,
     cause: Cause::FreedWhileRegistering,
 };
 
@@ -1166,7 +1172,7 @@ mod tests {
     fn run(
         r: &mut Registration,
         actor: Actor,
-        mut answer: impl FnMut(&mut Registration, Op) -> Result<(), i32>,
+        mut answer: impl FnMut(&mut Registration, Op) -> Result<(), Errno>,
     ) -> (Vec<Step>, Result<(), Refusal>) {
         let mut steps = Vec::new();
         for _ in 0..64 {
@@ -1186,12 +1192,12 @@ mod tests {
         panic!("actor {actor:?} did not return: {steps:?}");
     }
 
-    fn ok(_: &mut Registration, _: Op) -> Result<(), i32> {
+    fn ok(_: &mut Registration, _: Op) -> Result<(), Errno> {
         Ok(())
     }
 
     /// An answer that fails `failed` with `errno` and lets every other call succeed.
-    fn failing(failed: Op, errno: i32) -> impl FnMut(&mut Registration, Op) -> Result<(), i32> {
+    fn failing(failed: Op, errno: Errno) -> impl FnMut(&mut Registration, Op) -> Result<(), Errno> {
         move |_, op| if op == failed { Err(errno) } else { Ok(()) }
     }
 
@@ -1301,7 +1307,7 @@ mod tests {
             if op == Op::DriverBarrier {
                 barriers += 1;
                 if barriers == 1 {
-                    return Err(crate::logic::cause::ENOMEM);
+                    return Err(Errno::ENOMEM);
                 }
             }
             Ok(())
@@ -1321,7 +1327,7 @@ mod tests {
         r.begin_work();
         let (steps, _) = run(&mut r, Actor::Work, |_, op| {
             if op == Op::DriverBarrier {
-                return Err(crate::logic::cause::ENOMEM);
+                return Err(Errno::ENOMEM);
             }
             Ok(())
         });
@@ -1330,9 +1336,7 @@ mod tests {
             .filter(|&&op| op == Op::DriverBarrier)
             .count();
         assert_eq!(barriers, usize::from(BARRIER_TRIES));
-        assert!(steps.contains(&Step::Note(Event::BarrierFailed(
-            crate::logic::cause::ENOMEM
-        ))));
+        assert!(steps.contains(&Step::Note(Event::BarrierFailed(Errno::ENOMEM))));
         // P is still let go of; the reference is kept, once.
         assert!(!r.holds_persistent_pin());
         assert!(r.take_keep());
@@ -1421,12 +1425,15 @@ mod tests {
             let mut r = Registration::acquired(flavour, range(), OWNER);
             host(&mut r, get_pages(), OWNER);
             r.begin(HostCall::DmaMap, OWNER).unwrap();
-            let (steps, result) = run(&mut r, Actor::Host, failing(Op::FillSg, EIO));
+            let (steps, result) = run(&mut r, Actor::Host, failing(Op::FillSg, Errno::EIO));
             assert_eq!(
                 calls(&steps),
                 [Op::AllocSg, Op::MapP, Op::FillSg, Op::UnmapP]
             );
-            assert_eq!(result, Err(Refusal::new(EIO, Cause::PartialDmaMapping)));
+            assert_eq!(
+                result,
+                Err(Refusal::new(Errno::EIO, Cause::PartialDmaMapping))
+            );
             assert!(!r.is_mapped());
             assert_eq!(r.phase(), Phase::Pinned);
         }
@@ -1452,13 +1459,16 @@ mod tests {
     fn failed_pin_gives_the_reference_back_and_says_why() {
         let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
         r.begin(get_pages(), OWNER).unwrap();
-        let (steps, result) = run(&mut r, Actor::Host, |_, _| Err(EINVAL));
+        let (steps, result) = run(&mut r, Actor::Host, |_, _| Err(Errno::EINVAL));
         assert!(steps.contains(&Step::DropDriverRef));
         assert_eq!(result, Err(FREED));
         let mut r = Registration::acquired(Flavour::Invalidating, range(), OWNER);
         r.begin(get_pages(), OWNER).unwrap();
-        let (_, result) = run(&mut r, Actor::Host, |_, _| Err(ENOMEM));
-        assert_eq!(result, Err(Refusal::new(ENOMEM, Cause::Bar1Exhausted)));
+        let (_, result) = run(&mut r, Actor::Host, |_, _| Err(Errno::ENOMEM));
+        assert_eq!(
+            result,
+            Err(Refusal::new(Errno::ENOMEM, Cause::Bar1Exhausted))
+        );
     }
 
     #[test]
@@ -1466,8 +1476,8 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         host(&mut r, HostCall::DmaUnmap, OWNER);
         r.begin(HostCall::PutPages, OWNER).unwrap();
-        let (steps, _) = run(&mut r, Actor::Host, failing(Op::UnpinN, 5));
-        assert!(steps.contains(&Step::Note(Event::UnpinNFailed(5))));
+        let (steps, _) = run(&mut r, Actor::Host, failing(Op::UnpinN, Errno::EIO));
+        assert!(steps.contains(&Step::Note(Event::UnpinNFailed(Errno::EIO))));
         assert!(r.driver_holds_ref());
         host(&mut r, HostCall::Release, OWNER);
         assert!(r.begin_callback());
@@ -1483,11 +1493,11 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         host(&mut r, HostCall::DmaUnmap, OWNER);
         r.begin(HostCall::PutPages, OWNER).unwrap();
-        let (steps, result) = run(&mut r, Actor::Host, failing(Op::ProveUnpinN, EINVAL));
+        let (steps, result) = run(&mut r, Actor::Host, failing(Op::ProveUnpinN, Errno::EINVAL));
         assert_eq!(result, Ok(()));
         // No put_pages: it would find nothing and prove nothing.
         assert_eq!(calls(&steps), [Op::ProveUnpinN, Op::UnpinP]);
-        assert!(steps.contains(&Step::Note(Event::UnpinNUnproven(EINVAL))));
+        assert!(steps.contains(&Step::Note(Event::UnpinNUnproven(Errno::EINVAL))));
         assert!(!steps.contains(&Step::DropDriverRef));
         assert!(r.driver_holds_ref());
         assert_eq!(r.n_pin(), NPin::Abandoned);
@@ -1508,7 +1518,7 @@ mod tests {
     fn a_callback_during_the_proof_claims_n_and_the_proof_is_ignored() {
         // put_pages found nothing (the owner left), and the memory is freed while the proof runs:
         // the callback claims N and the reference; whatever the proof answers changes nothing.
-        for proof in [Ok(()), Err(EINVAL)] {
+        for proof in [Ok(()), Err(Errno::EINVAL)] {
             let mut r = mapped(Flavour::Invalidating);
             host(&mut r, HostCall::DmaUnmap, OWNER);
             r.begin(HostCall::PutPages, OWNER).unwrap();

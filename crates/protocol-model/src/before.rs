@@ -38,6 +38,7 @@
 //!   driver confirmed the unpin (return 0) before any callback claimed it. So the registration
 //!   cannot be freed under a running callback, even when `release` races with the invalidation.
 
+use peermem_logic::errno::Errno;
 use peermem_logic::range::GpuRange;
 
 /// The two kinds of client nvidia-peermem registers.
@@ -500,7 +501,7 @@ fn set(w: &mut World, tid: Tid, f: Frame, pc: u8) {
     *w.threads[tid].stack.last_mut().unwrap() = MFrame::Ours(Ours::Before(Frame { pc, ..f }));
 }
 
-fn ret(w: &mut World, tid: Tid, r: Result<(), i32>) {
+fn ret(w: &mut World, tid: Tid, r: Result<(), Errno>) {
     let t = &mut w.threads[tid];
     t.stack.pop();
     t.ret = Some(r);
@@ -516,8 +517,8 @@ fn call(w: &mut World, tid: Tid, op: DOp) {
     });
 }
 
-const EINVAL: i32 = 22;
-const EFAULT: i32 = 14;
+const EINVAL: Errno = Errno::EINVAL;
+const EFAULT: Errno = Errno::EFAULT;
 
 pub fn step(w: &mut World, tid: Tid, f: Frame) -> Option<()> {
     if w.module_gone {

@@ -3,6 +3,7 @@
 //! peermem-rs: its acquire, the glue driving `peermem_logic::registration` for each actor, and
 //! the glue's calls that wrap driver calls under `N_PINS`; and the second registration's pins.
 
+use peermem_logic::errno::Errno;
 use peermem_logic::registration::{self as reg, Actor, Commit, HostCall, Op, Step};
 
 use crate::{before, range, Bug, Client, DOp, Frame, InvalidateStep, Tid, World, EINVAL};
@@ -36,7 +37,7 @@ pub enum RunPc {
     Await(Op),
     /// release: drop the host's reference, then return.
     DropHostRef,
-    Return(Result<(), i32>),
+    Return(Result<(), Errno>),
 }
 
 /// A glue call of peermem-rs around one driver call (acquire, `Op::PinN`, `Op::UnpinN`): entered,

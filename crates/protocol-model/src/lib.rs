@@ -127,6 +127,7 @@ pub use nvidia::{DriverStep, TeardownStep};
 
 use std::fmt;
 
+use peermem_logic::errno::Errno;
 use peermem_logic::range::GpuRange;
 use peermem_logic::registration::{self as reg, Actor, HostCall, Op};
 use stateright::{Model, Property};
@@ -154,8 +155,8 @@ const RMMOD: reg::Tgid = 4;
 /// The MPS server, which owns the memory and the P2P object (MPS configurations only).
 const SERVER: reg::Tgid = 5;
 
-const EINVAL: i32 = 22;
-const EIO: i32 = 5;
+const EINVAL: Errno = Errno::EINVAL;
+const EIO: Errno = Errno::EIO;
 
 /// Which client runs.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -501,7 +502,7 @@ pub struct Thread {
     pub tgid: reg::Tgid,
     pub stack: Vec<Frame>,
     /// What the frame popped last returned to the one below.
-    pub ret: Option<Result<(), i32>>,
+    pub ret: Option<Result<(), Errno>>,
     pub done: bool,
 }
 
@@ -668,7 +669,7 @@ impl World {
         self.threads[tid].stack.push(frame);
     }
 
-    fn ret(&mut self, tid: Tid, r: Result<(), i32>) {
+    fn ret(&mut self, tid: Tid, r: Result<(), Errno>) {
         let t = &mut self.threads[tid];
         t.stack.pop();
         t.ret = Some(r);
@@ -677,7 +678,7 @@ impl World {
         }
     }
 
-    fn take_ret(&mut self, tid: Tid) -> Option<Result<(), i32>> {
+    fn take_ret(&mut self, tid: Tid) -> Option<Result<(), Errno>> {
         self.threads[tid].ret.take()
     }
 
