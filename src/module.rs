@@ -224,7 +224,7 @@ impl Drop for PeerMemRs {
     fn drop(&mut self) {
         pr_info!(
             "peermem-rs unloading ({} registrations served)\n",
-            stats::snapshot().registrations
+            stats::snapshot().mapped
         );
     }
 }

@@ -40,7 +40,7 @@ impl Counter {
 static LIVE_REGISTRATIONS: Counter = Counter::new();
 static PINNED_BYTES: Counter = Counter::new();
 static ACQUIRED: Counter = Counter::new();
-static REGISTRATIONS: Counter = Counter::new();
+static MAPPED: Counter = Counter::new();
 static INVALIDATIONS: Counter = Counter::new();
 static INVALIDATIONS_SKIPPED: Counter = Counter::new();
 static RELEASES: Counter = Counter::new();
@@ -68,7 +68,7 @@ pub(crate) fn unpinned(bytes: u64) {
     PINNED_BYTES.sub(bytes);
 }
 pub(crate) fn mapped() {
-    REGISTRATIONS.add(1);
+    MAPPED.add(1);
 }
 pub(crate) fn released() {
     RELEASES.add(1);
@@ -79,7 +79,7 @@ pub(crate) fn snapshot() -> Snapshot {
         live_registrations: LIVE_REGISTRATIONS.get(),
         pinned_bytes: PINNED_BYTES.get(),
         acquired: ACQUIRED.get(),
-        registrations: REGISTRATIONS.get(),
+        mapped: MAPPED.get(),
         invalidations: INVALIDATIONS.get(),
         invalidations_skipped: INVALIDATIONS_SKIPPED.get(),
         releases: RELEASES.get(),

@@ -11,14 +11,15 @@ use core::fmt;
 /// A snapshot of the module's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Registrations between acquire and release right now.
+    /// Registrations alive now, each with a module reference: from acquire until the host
+    /// released it or, for one whose pin N was left to the driver, until the driver called N back.
     pub live_registrations: u64,
     /// Bytes of GPU memory pinned right now.
     pub pinned_bytes: u64,
     /// acquire calls that said "mine".
     pub acquired: u64,
-    /// Registrations that completed dma_map.
-    pub registrations: u64,
+    /// Registrations that completed dma_map (the key `registrations`).
+    pub mapped: u64,
     /// Free callbacks that invalidated a registration through the host.
     pub invalidations: u64,
     /// Free callbacks that found a deregistration in flight and left the host alone.
@@ -53,7 +54,7 @@ impl fmt::Display for Snapshot {
         writeln!(f, "live_registrations {}", self.live_registrations)?;
         writeln!(f, "pinned_bytes {}", self.pinned_bytes)?;
         writeln!(f, "acquired {}", self.acquired)?;
-        writeln!(f, "registrations {}", self.registrations)?;
+        writeln!(f, "registrations {}", self.mapped)?;
         writeln!(f, "invalidations {}", self.invalidations)?;
         writeln!(f, "invalidations_skipped {}", self.invalidations_skipped)?;
         writeln!(f, "releases {}", self.releases)?;
