@@ -126,7 +126,7 @@ impl World {
         // The client of today asks for the first step under the hold that began the actor, and
         // for the next step under the hold that reported a call's result (`RegCtx::drive`); the
         // older clients took the lock again for each.
-        let one_hold = self.cfg.client == Client::Fixed;
+        let one_hold = self.one_hold();
         let st = self.state.as_mut().expect("registration");
         match pc {
             RunPc::Begin => {
@@ -193,6 +193,9 @@ impl World {
                         if self.cfg.client == Client::TrustsUnpin {
                             // The glue of b477f12 had no proof: the owner's 0 was the unpin.
                             self.threads[tid].ret = Some(Ok(()));
+                        } else if self.cfg.client == Client::Lingers {
+                            // The design: nothing is proven, so N is left to the driver.
+                            self.threads[tid].ret = Some(Err(EINVAL));
                         } else {
                             self.push(tid, Frame::Ours(Ours::ProveUnpinN(ProofStep::Enter)));
                         }
@@ -233,14 +236,24 @@ impl World {
     pub(crate) fn models_n_pins(&self) -> bool {
         matches!(
             self.cfg.client,
-            Client::Fixed | Client::UnlockedP | Client::TrustsUnpin
+            Client::Fixed | Client::UnlockedP | Client::TrustsUnpin | Client::Lingers
         )
+    }
+
+    /// Does the glue ask for the next step under the hold that began an actor or reported a
+    /// call's result (`RegCtx::drive`, the client of today and the design built on it)? The older
+    /// clients took the lock again for each.
+    pub(crate) fn one_hold(&self) -> bool {
+        matches!(self.cfg.client, Client::Fixed | Client::Lingers)
     }
 
     /// Does the client's acquire take `N_PINS` around its persistent pin (and the glue around the
     /// proof's, `Op::ProveUnpinN`, where it makes one)?
     pub(crate) fn models_n_pins_around_p(&self) -> bool {
-        matches!(self.cfg.client, Client::Fixed | Client::TrustsUnpin)
+        matches!(
+            self.cfg.client,
+            Client::Fixed | Client::TrustsUnpin | Client::Lingers
+        )
     }
 
     /// Does the glue take `N_PINS` around `op` (`Op::PinN`, `Op::UnpinN`, `Op::ProveUnpinN`)? The
@@ -248,7 +261,7 @@ impl World {
     /// a change there is checked here; the older clients' glue is described by the two above.
     pub(crate) fn glue_takes_n_pins(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (Client::Fixed, _) => op.takes_n_pins(),
+            (Client::Fixed | Client::Lingers, _) => op.takes_n_pins(),
             (_, Op::ProveUnpinN) => self.models_n_pins_around_p(),
             _ => self.models_n_pins(),
         }
@@ -262,7 +275,7 @@ impl World {
     /// call), is asked again by every client.
     pub(crate) fn glue_asks_again(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (Client::Fixed, _) => op.asked_again(),
+            (Client::Fixed | Client::Lingers, _) => op.asked_again(),
             (_, Op::ProveUnpinN) => true,
             (_, Op::UnpinN) => self.models_n_pins(),
             _ => false,

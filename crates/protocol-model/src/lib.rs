@@ -75,7 +75,9 @@
 //!   persistent pins (acquire's, the proof's); the client of eb5e4f5 (`NoNPins`, the parent of
 //!   8071b8f) takes `N_PINS` nowhere and has no "still Unpinning?" check (the proof, which
 //!   neither of these two had, they make as the fixed client without `N_PINS`); the previous
-//!   client runs its state machine (`before.rs`) as the glue of commit 8adc715 did.
+//!   client runs its state machine (`before.rs`) as the glue of commit 8adc715 did; and a design,
+//!   not the module (`Lingers`): the fixed client answering every proof as unproven, so that it
+//!   never unpins N and leaves each to the free's callback (docs/design-lingering-n.md).
 //!
 //! Properties: no driver structure used after the driver freed it; no registration used after its
 //! last reference went; no re-entry into the driver's API lock; no module code running after the
@@ -182,6 +184,13 @@ pub enum Client {
     /// trip per state-machine call, as it was then, which answers `Op::ProveUnpinN` with Ok at
     /// once, without any driver call.
     TrustsUnpin,
+    /// A design, not the module (issue 22, item 1): the `Fixed` client whose glue answers every
+    /// `Op::ProveUnpinN` as unproven, at once and without a driver call, so that the owner's
+    /// deregistration leaves N armed, with the driver's reference, for the free's callback, as a
+    /// foreign task's does. No put_pages of N is ever made, so no 0 from it is ever believed. What
+    /// it leaves out is what would keep such lingering pins from piling up: a later registration
+    /// of the same process adopting one (docs/design-lingering-n.md).
+    Lingers,
 }
 
 /// Who deregisters the memory.
@@ -690,7 +699,11 @@ impl World {
     /// Pushes the client's entry point `e` on `tid`.
     fn call_client(&mut self, tid: Tid, e: Entry) {
         let frame = match self.cfg.client {
-            Client::Fixed | Client::NoNPins | Client::UnlockedP | Client::TrustsUnpin => match e {
+            Client::Fixed
+            | Client::NoNPins
+            | Client::UnlockedP
+            | Client::TrustsUnpin
+            | Client::Lingers => match e {
                 Entry::Acquire => Ours::Acquire(CallStep::Enter),
                 Entry::Callback => Ours::Run {
                     actor: Actor::Callback,
@@ -976,9 +989,11 @@ const UNPROVEN_ABANDONS_N: &str =
 /// The NIC's key points at a DMA mapping that is alive.
 fn live_mapping(s: &World) -> bool {
     match s.cfg.client {
-        Client::Fixed | Client::NoNPins | Client::UnlockedP | Client::TrustsUnpin => {
-            s.p.mapped && s.p.table_alive
-        }
+        Client::Fixed
+        | Client::NoNPins
+        | Client::UnlockedP
+        | Client::TrustsUnpin
+        | Client::Lingers => s.p.mapped && s.p.table_alive,
         Client::Before => {
             if s.cfg.flavour == Flavour::Invalidating {
                 s.n.mapped && s.n.table_alive
@@ -1065,7 +1080,7 @@ pub fn describe(s: &World, tid: Tid) -> String {
                         (Actor::Callback, _) => "free callback",
                         (Actor::Work, _) => "work item",
                     },
-                    match (pc, s.cfg.client == Client::Fixed) {
+                    match (pc, s.one_hold()) {
                         (RunPc::Begin, true) => "begin, next step (one hold of the lock)".to_string(),
                         (RunPc::Begin, false) => "begin (lock)".to_string(),
                         (RunPc::Next, _) => "next step (lock)".to_string(),

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `protocol-model [fixed|before|no-n-pins|unlocked-p|trusts-unpin] [--traces]`: check the
+//! `protocol-model [fixed|before|no-n-pins|unlocked-p|trusts-unpin|lingers] [--traces]`: check the
 //! registration protocol of peermem-rs exhaustively against the model of the real providers, one
 //! configuration at a time; print the states explored and which properties hold, and with
 //! `--traces` a counterexample of every property that fails, step by step. Exits 1 if any
@@ -10,7 +10,8 @@
 //! `no-n-pins`, the client before 8071b8f (eb5e4f5, no `N_PINS`); `unlocked-p`, the client before
 //! 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin); `trusts-unpin`, the client
 //! before the proof of the owner's unpin (b477f12: the owner's 0 from put_pages of N taken as the
-//! unpin), which the MPS configurations catch.
+//! unpin), which the MPS configurations catch; `lingers`, a design and not the module: the fixed
+//! client that never unpins N but leaves it to the free's callback (docs/design-lingering-n.md).
 //!
 //! Also printed, not counted as a counterexample: where a registration can be kept for good
 //! because the memory went (or the MPS owner left) between the owner's put_pages of N and its
@@ -31,10 +32,11 @@ fn main() {
             "no-n-pins" => client = Client::NoNPins,
             "unlocked-p" => client = Client::UnlockedP,
             "trusts-unpin" => client = Client::TrustsUnpin,
+            "lingers" => client = Client::Lingers,
             "--traces" => traces = true,
             other => {
                 eprintln!(
-                    "usage: protocol-model [fixed|before|no-n-pins|unlocked-p|trusts-unpin] [--traces] (not {other})"
+                    "usage: protocol-model [fixed|before|no-n-pins|unlocked-p|trusts-unpin|lingers] [--traces] (not {other})"
                 );
                 std::process::exit(2);
             }

@@ -443,3 +443,43 @@ fn without_mps_the_owners_unpin_could_be_trusted() {
         }
     }
 }
+
+/// The design of docs/design-lingering-n.md (issue 22, item 1), not the module: the fixed client
+/// whose glue answers every proof as unproven, so that it never unpins N. Every property holds in
+/// every configuration, the MPS ones included, where the fixed client keeps its one window: no
+/// put_pages of N is made, so none is believed.
+#[test]
+fn the_lingering_design_closes_the_mps_window() {
+    let configs = Config::all(Client::Lingers);
+    assert_eq!(
+        configs.len(),
+        Config::all(Client::Fixed).len(),
+        "the design is checked in the fixed client's configurations"
+    );
+    assert!(configs.iter().filter(|c| c.mps).count() == 2);
+    let mut states = 0;
+    for (cfg, r) in check_all(&configs) {
+        states += r.unique_states;
+        for (property, trace) in &r.properties {
+            if let Some(t) = trace {
+                panic!(
+                    "{cfg}: {property} fails ({}):\n{}",
+                    t.end,
+                    t.steps.join("\n")
+                );
+            }
+        }
+        assert!(
+            r.registration_completes,
+            "{cfg}: no registration ever completes"
+        );
+        assert!(r.kept_after_late_proof.is_none(), "{cfg}: no proof is made");
+        // MPS: after the owner left, its deregistration leaves N armed, with our data, for the
+        // server's free to call back (which every property above then checks).
+        assert_eq!(
+            r.unproven_unpin_abandons_n, cfg.mps,
+            "{cfg}: the owner's deregistration leaves N armed"
+        );
+    }
+    println!("{states} unique states explored");
+}
