@@ -29,7 +29,7 @@ CLIENTS = [
     ("no-n-pins", "the client before 8071b8f (eb5e4f5, no `N_PINS`)"),
     ("unlocked-p", "the client before 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin)"),
     ("trusts-unpin", "the client before 6c0a72f (b477f12, no proof: the owner's 0 from put_pages of N taken as the unpin)"),
-    ("lingers", "a design, not the module: the client as it is, never unpinning N (each left to the free's callback; docs/design-lingering-n.md)"),
+    ("lingers", "a design, not the module: the client as it is, never unpinning N (each left to the free's callback) and adopting a lingering registration (docs/design-lingering-n.md)"),
 ]
 CONFIG = re.compile(r"^\S.*: (\d+) states \((\d+) unique\)$")
 # The configurations with an MPS owner that may leave the server's P2P object (`Config::mps`).

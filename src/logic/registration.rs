@@ -60,7 +60,7 @@
 
 use crate::logic::cause::Cause;
 use crate::logic::errno::Errno;
-use crate::logic::range::GpuRange;
+use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 
 /// A process, as the NVIDIA driver tells them apart: the thread-group id (`current->tgid`).
 pub type Tgid = i32;
@@ -533,6 +533,9 @@ impl Barrier {
 pub struct Registration {
     flavour: Flavour,
     range: GpuRange,
+    /// The GPU page N pins (invalidating flavour): the first page of the range it was pinned for,
+    /// which stays N's when a later registration adopts it ([`Registration::adopt`]).
+    n_page: u64,
     owner: Tgid,
     core_context: u64,
     phase: Phase,
@@ -555,6 +558,7 @@ impl Registration {
         Self {
             flavour,
             range,
+            n_page: range.first_page().start(),
             owner,
             core_context: 0,
             phase: Phase::Acquired,
@@ -650,7 +654,10 @@ impl Registration {
                 range,
                 core_context,
             } => {
-                if self.phase != Phase::Acquired || self.n != NPin::None {
+                // N is None, or adopted: armed, or called back since ([`Registration::adopt`]).
+                if self.phase != Phase::Acquired
+                    || !matches!(self.n, NPin::None | NPin::Armed | NPin::TornDown)
+                {
                     return Err(Violation::OutOfOrder);
                 }
                 if range != self.range {
@@ -716,6 +723,44 @@ impl Registration {
         self.n = NPin::TornDown;
         self.callback = CallbackStage::Start;
         true
+    }
+
+    /// May a registration of `range` by process `tgid`, whose persistent pin acquire has just
+    /// made, take this one over instead of pinning an N of its own? Only a registration the host
+    /// has released whose N was left to the driver and not yet called back (it *lingers*), with
+    /// nothing else of it in flight, of the same process, and whose N pins a page of `range`.
+    /// Then N is of the new range's allocation: the new persistent pin shows that allocation is
+    /// live, N not called back shows N's is, a free calls every pin of an allocation back before
+    /// its address can be registered to other memory, and live allocations do not overlap. The
+    /// caller asks under the registration lock, which the callback takes to claim N.
+    pub fn adoptable(&self, range: GpuRange, tgid: Tgid) -> bool {
+        self.flavour == Flavour::Invalidating
+            && self.phase == Phase::Released
+            && self.n == NPin::Abandoned
+            && self.owner == tgid
+            && self.callback == CallbackStage::Idle
+            && self.host.is_none()
+            && self.work == WorkRun::Idle
+            && matches!(self.barrier, Barrier::NotDue { .. })
+            && self.host_pending == Pending::default()
+            && self.work_pending == Pending::default()
+            && !self.p.held()
+            && range.covers(self.n_page, GPU_PAGE_SIZE)
+    }
+
+    /// Takes this lingering registration over ([`Registration::adoptable`]) for a new one of
+    /// `range`, holding the persistent pin P that acquire made: as [`Registration::acquired`],
+    /// but with N armed and the driver's reference kept. get_pages then pins nothing.
+    pub fn adopt(&mut self, range: GpuRange) {
+        debug_assert!(self.adoptable(range, self.owner));
+        self.range = range;
+        self.core_context = 0;
+        self.phase = Phase::Acquired;
+        self.p = PPin::Held {
+            using: PUse::Idle,
+            release: false,
+        };
+        self.n = NPin::Armed;
     }
 
     /// Must the work item keep its reference for good ([`BARRIER_TRIES`] barriers failed)? True
@@ -862,11 +907,20 @@ impl Registration {
                         self.phase = Phase::Pinned;
                         self.host_return(Ok(()))
                     }
-                    Flavour::Invalidating => {
-                        // The glue hands the driver a reference with the call.
-                        self.n = NPin::Pinning;
-                        self.host_call(Op::PinN)
-                    }
+                    Flavour::Invalidating => match self.n {
+                        NPin::Armed => {
+                            // Adopted: N is pinned and armed already.
+                            self.phase = Phase::Pinned;
+                            self.host_return(Ok(()))
+                        }
+                        // Adopted, and the memory freed since: the callback has claimed N.
+                        NPin::TornDown => self.host_return(Err(FREED)),
+                        _ => {
+                            // The glue hands the driver a reference with the call.
+                            self.n = NPin::Pinning;
+                            self.host_call(Op::PinN)
+                        }
+                    },
                 },
                 InFlight::DmaMap => {
                     if self.n == NPin::TornDown || self.callback_running() {
@@ -1292,6 +1346,69 @@ mod tests {
         // The work item waits for the teardown to be over, then drops the reference.
         assert_eq!(work(&mut r), [Op::DriverBarrier]);
         assert!(r.quiescent());
+    }
+
+    /// A registration of the owner whose N was left to the driver at deregistration (here by a
+    /// foreign task): it lingers until the free's callback.
+    fn lingering() -> Registration {
+        let mut r = mapped(Flavour::Invalidating);
+        host(&mut r, HostCall::DmaUnmap, CHILD);
+        host(&mut r, HostCall::PutPages, CHILD);
+        host(&mut r, HostCall::Release, CHILD);
+        assert_eq!(r.n_pin(), NPin::Abandoned);
+        r
+    }
+
+    #[test]
+    fn a_later_registration_of_the_owner_adopts_a_lingering_n_and_pins_no_n_of_its_own() {
+        let mut r = lingering();
+        // Only the owner, and only for a range that holds N's page.
+        assert!(!r.adoptable(range(), CHILD));
+        let elsewhere = GpuRange::covering(0x20_0000, 0x1_0000).unwrap();
+        assert!(!r.adoptable(elsewhere, OWNER));
+        let larger = GpuRange::covering(0xf_0000, 0x4_0000).unwrap();
+        assert!(r.adoptable(larger, OWNER));
+        r.adopt(larger);
+        assert_eq!(r.range(), larger);
+        assert!(r.driver_holds_ref());
+        let steps = host(
+            &mut r,
+            HostCall::GetPages {
+                range: larger,
+                core_context: 8,
+            },
+            OWNER,
+        );
+        assert!(calls(&steps).is_empty(), "no pin of N: {steps:?}");
+        assert_eq!(r.phase(), Phase::Pinned);
+        assert_eq!(r.core_context(), 8);
+        let steps = host(&mut r, HostCall::DmaMap, OWNER);
+        assert_eq!(calls(&steps), [Op::AllocSg, Op::MapP, Op::FillSg]);
+        // The free calls N back: the adopted registration is the one invalidated.
+        assert!(r.begin_callback());
+        let (steps, _) = run(&mut r, Actor::Callback, ok);
+        assert_eq!(calls(&steps), [Op::Invalidate]);
+    }
+
+    #[test]
+    fn a_lingering_n_called_back_is_not_adopted_nor_one_in_use() {
+        // Called back: N is the driver's, and the new registration pins its own.
+        let mut r = lingering();
+        assert!(r.begin_callback());
+        assert!(!r.adoptable(range(), OWNER));
+        // Not released yet: N is the live registration's.
+        let r = mapped(Flavour::Invalidating);
+        assert!(!r.adoptable(range(), OWNER));
+        // Adopted, then called back before get_pages: the memory went.
+        let mut r = lingering();
+        r.adopt(range());
+        assert!(r.begin_callback());
+        let (steps, _) = run(&mut r, Actor::Callback, ok);
+        assert!(calls(&steps).is_empty(), "not mapped: no invalidation");
+        r.begin(get_pages(), OWNER).unwrap();
+        let (steps, result) = run(&mut r, Actor::Host, ok);
+        assert!(calls(&steps).is_empty());
+        assert_eq!(result, Err(FREED));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use peermem_logic::errno::Errno;
 use peermem_logic::registration::{self as reg, Actor, Commit, HostCall, Op, Step};
 
-use crate::{before, range, Bug, Client, DOp, Frame, InvalidateStep, Tid, World, EINVAL};
+use crate::{before, range, Bug, Client, DOp, Frame, InvalidateStep, Pin, Tid, World, EINVAL};
 
 /// A frame of peermem-rs code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -28,6 +28,26 @@ pub enum Ours {
     /// The glue's `Op::ProveUnpinN` ("still Proving?", then a persistent pin of the first page and
     /// its unpin; `N_PINS` around it all for the fixed client).
     ProveUnpinN(ProofStep),
+    /// The design's acquire of a range registered again (`Config::adopt`).
+    Adopt(AdoptStep),
+}
+
+/// The design's acquire of a range registered again: its persistent pin made (under `N_PINS`, as
+/// every persistent pin of ours), then, under the registration lock, the lingering registration
+/// taken over, or the pin unpinned and the registration refused.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum AdoptStep {
+    Pinned,
+    Unpinned,
+}
+
+impl AdoptStep {
+    pub fn what(self) -> &'static str {
+        match self {
+            Self::Pinned => "get_pages_persistent returned, drop N_PINS; lock: adopt the lingering registration, or unpin and refuse",
+            Self::Unpinned => "nothing to adopt: put_pages_persistent returned; refuse",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -71,6 +91,18 @@ impl World {
     pub(crate) fn fixed_acquire(&mut self, tid: Tid, pc: CallStep) -> Option<()> {
         self.our_code(false, "");
         match pc {
+            CallStep::Enter if self.module_going => {
+                // `ModuleRef::get` (try_module_get) fails once rmmod got past try_stop_module:
+                // refused before any pin (only a registration after another, `Config::adopt`,
+                // gets here: the first one is asked before rmmod can get that far).
+                self.ret(tid, Err(EINVAL));
+            }
+            CallStep::Enter if self.cfg.adopt && self.ctx_created => {
+                // The range registered again: the design's acquire (`adopting_acquire`).
+                self.enter_n_pins(tid, self.models_n_pins_around_p())?;
+                self.set_pc(tid, Frame::Ours(Ours::Adopt(AdoptStep::Pinned)));
+                self.call_driver(tid, DOp::PinPAgain);
+            }
             CallStep::Enter => {
                 self.enter_n_pins(tid, self.models_n_pins_around_p())?;
                 self.set_pc(tid, Frame::Ours(Ours::Acquire(CallStep::Returned)));
@@ -93,6 +125,52 @@ impl World {
                     self.ret(tid, Ok(()));
                 }
             },
+        }
+        Some(())
+    }
+
+    /// The design's acquire of the range registered again (`Config::adopt`), after its persistent
+    /// pin: under the registration lock (the registration is found only while it lives: the
+    /// module's table of lingering registrations loses it when its last reference goes), adopt it
+    /// if `Registration::adoptable` says so, the new pin becoming its P and the host's new
+    /// reference one more; else unpin the new pin and refuse.
+    pub(crate) fn adopting_acquire(&mut self, tid: Tid, pc: AdoptStep) -> Option<()> {
+        match pc {
+            AdoptStep::Pinned => {
+                let r = self.take_ret(tid)?;
+                self.our_code(false, "");
+                self.leave_n_pins(tid);
+                if let Err(e) = r {
+                    self.ret(tid, Err(e));
+                    return Some(());
+                }
+                let tgid = self.threads[tid].tgid;
+                let adoptable = self.ctx_alive()
+                    && self
+                        .state
+                        .as_ref()
+                        .is_some_and(|st| st.adoptable(range(), tgid));
+                if adoptable {
+                    if !(self.n.tracked && self.n.armed && self.n.table_alive) {
+                        self.bug(Bug::AdoptedDeadN);
+                    }
+                    debug_assert!(!self.p.tracked, "the lingering registration's P is gone");
+                    self.state.as_mut().unwrap().adopt(range());
+                    self.p = self.p_again;
+                    self.p_again = Pin::default();
+                    self.refs += 1;
+                    self.adopted = true;
+                    self.ret(tid, Ok(()));
+                } else {
+                    self.set_pc(tid, Frame::Ours(Ours::Adopt(AdoptStep::Unpinned)));
+                    self.call_driver(tid, DOp::UnpinPAgain);
+                }
+            }
+            AdoptStep::Unpinned => {
+                self.returned(tid)?;
+                self.our_code(false, "");
+                self.ret(tid, Err(EINVAL));
+            }
         }
         Some(())
     }

@@ -95,6 +95,16 @@ impl World {
         let next = |w: &mut World, pc| w.set_pc(tid, Frame::HostReg(pc));
         match pc {
             HostRegStep::Acquire => {
+                // A registration that follows another on this task (`Config::adopt`) starts
+                // afresh: what the deregistration before it returned is not its.
+                self.threads[tid].ret = None;
+                self.registered = Registered::Pending;
+                if self.module_gone {
+                    // rmmod unregistered the client: the host no longer asks it.
+                    self.registered = Registered::Failed;
+                    self.ret(tid, Ok(()));
+                    return Some(());
+                }
                 next(self, HostRegStep::Acquired);
                 self.call_client(tid, Entry::Acquire);
             }
@@ -176,6 +186,9 @@ impl World {
         let next = |w: &mut World, pc, cur| w.set_pc(tid, Frame::HostDereg { pc, cur });
         match pc {
             HostDeregStep::Revoke => match self.registered {
+                _ if self.threads[tid].ret.take().is_some() => {
+                    // What the registration before it returned (`Config::adopt`): not its.
+                }
                 Registered::Pending => return None,
                 Registered::Failed => self.ret(tid, Ok(())),
                 Registered::Done => {

@@ -2,7 +2,7 @@
 
 //! The kernel around the module: the workqueue running our work item, and `rmmod`.
 
-use crate::{Entry, Frame, Registered, Tid, World};
+use crate::{Entry, Frame, HostRegStep, Registered, Tid, World};
 
 /// The kernel's worker running our work item.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -59,13 +59,21 @@ impl World {
                 if self.ctx_alive() || self.cfg.reuse {
                     self.ret(tid, Ok(()));
                 } else {
+                    self.module_going = true;
                     self.set_pc(tid, Frame::Rmmod(RmmodStep::Exit));
                 }
             }
             RmmodStep::Exit => {
                 // Module exit: ib_unregister_peer_memory_client waits for the host's users;
                 // destroying our workqueue waits for a running work item.
-                if self.usecnt > 0 || self.wq_running || self.wq_queued {
+                // `peer_memory_mutex`, held by the host around acquire and the client's use count
+                // that follows it, orders the unregistration against a registration asking us.
+                let asking = self.threads.iter().any(|t| {
+                    t.stack
+                        .iter()
+                        .any(|f| matches!(f, Frame::HostReg(HostRegStep::Acquired)))
+                });
+                if self.usecnt > 0 || self.wq_running || self.wq_queued || asking {
                     return None;
                 }
                 self.module_gone = true;

@@ -77,7 +77,9 @@
 //!   neither of these two had, they make as the fixed client without `N_PINS`); the previous
 //!   client runs its state machine (`before.rs`) as the glue of commit 8adc715 did; and a design,
 //!   not the module (`Lingers`): the fixed client answering every proof as unproven, so that it
-//!   never unpins N and leaves each to the free's callback (docs/design-lingering-n.md).
+//!   never unpins N and leaves each to the free's callback, and whose acquire of a range
+//!   registered again adopts a lingering registration (`Config::adopt`;
+//!   docs/design-lingering-n.md).
 //!
 //! Properties: no driver structure used after the driver freed it; no registration used after its
 //! last reference went; no re-entry into the driver's API lock; no module code running after the
@@ -95,6 +97,10 @@
 //!
 //! Bound: one GPU allocation, one registration of it, one free, one deregistration, one work item
 //! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins;
+//! for the design client (`Config::adopt`), the owner registering the range again after its
+//! deregistration and deregistering it, adopting the first registration if it lingers (else
+//! refused: its own N would make it the first registration's case again), and optionally the
+//! memory allocated again at the same address after the free, and freed in its turn;
 //! for the invalidating flavour, optionally (`Config::reuse`) a second registration of the owner
 //! on a second allocation that is never freed, of which only its acquire's persistent pin
 //! (`N_PINS` around get_pages_persistent for the fixed client) and its pin of N (`N_PINS` for the
@@ -122,7 +128,7 @@ mod host;
 mod kernel;
 mod nvidia;
 
-pub use client::{CallStep, Ours, ProofStep, RunPc, SecondPinStep};
+pub use client::{AdoptStep, CallStep, Ours, ProofStep, RunPc, SecondPinStep};
 pub use host::{HostDeregStep, HostRegStep, InvalidateStep};
 pub use kernel::{RmmodStep, WorkItemStep};
 pub use nvidia::{DriverStep, TeardownStep};
@@ -187,9 +193,10 @@ pub enum Client {
     /// A design, not the module (issue 22, item 1): the `Fixed` client whose glue answers every
     /// `Op::ProveUnpinN` as unproven, at once and without a driver call, so that the owner's
     /// deregistration leaves N armed, with the driver's reference, for the free's callback, as a
-    /// foreign task's does. No put_pages of N is ever made, so no 0 from it is ever believed. What
-    /// it leaves out is what would keep such lingering pins from piling up: a later registration
-    /// of the same process adopting one (docs/design-lingering-n.md).
+    /// foreign task's does. No put_pages of N is ever made, so no 0 from it is ever believed. And
+    /// what keeps such lingering pins from piling up: a later registration of the same process
+    /// adopts one (`Config::adopt`: its acquire runs `Registration::adoptable` and `adopt`, the
+    /// state machine's, not yet called by the module; docs/design-lingering-n.md).
     Lingers,
 }
 
@@ -246,6 +253,20 @@ pub struct Config {
     /// Only for the invalidating flavour, deregistered by the owner, with a driver that unpins
     /// and without the reuse (`Config::all`).
     pub mps: bool,
+    /// The design client only (`Client::Lingers`), for the invalidating flavour deregistered by
+    /// the owner, with a driver that unpins and without the reuse: after its deregistration the
+    /// owner registers the same range again, and deregisters it. Its acquire makes its persistent
+    /// pin and then, under the registration lock, takes the first registration over if it
+    /// lingers (`Registration::adoptable`, `Registration::adopt`), or else unpins that pin and
+    /// refuses: a registration with an N of its own is the first registration's case again, and
+    /// a second one beside it is beyond the bound. The host's registration of it finds the
+    /// client gone once rmmod has unregistered it (`peer_memory_mutex` orders the two).
+    pub adopt: bool,
+    /// With `adopt`, without MPS: after the free, the memory is allocated again at the same
+    /// address, and freed in its turn, so that a persistent pin made after the first free
+    /// succeeds on new memory, while the first registration's N was called back with the old (or
+    /// was pinned on the new one, when its get_pages came after the first free).
+    pub realloc: bool,
 }
 
 impl fmt::Display for Config {
@@ -287,6 +308,18 @@ impl fmt::Display for Config {
             write!(
                 f,
                 ", MPS (the server frees the memory; the owner may leave the server's P2P object at any moment, its pins staying)"
+            )?;
+        }
+        if self.adopt {
+            write!(
+                f,
+                ", then the owner registering the range again (adopting a lingering N) and deregistering it"
+            )?;
+        }
+        if self.realloc {
+            write!(
+                f,
+                ", the memory allocated again at the same address after the free"
             )?;
         }
         Ok(())
@@ -341,16 +374,34 @@ impl Config {
                                     {
                                         continue;
                                     }
-                                    v.push(Config {
-                                        client,
-                                        flavour,
-                                        legacy,
-                                        dereg,
-                                        unpin_fails,
-                                        reuse,
-                                        creator,
-                                        mps,
-                                    });
+                                    for (adopt, realloc) in
+                                        [(false, false), (true, false), (true, true)]
+                                    {
+                                        if adopt
+                                            && (client != Client::Lingers
+                                                || flavour == Flavour::Persistent
+                                                || dereg != Dereg::Owner
+                                                || unpin_fails
+                                                || reuse)
+                                        {
+                                            continue;
+                                        }
+                                        if realloc && mps {
+                                            continue;
+                                        }
+                                        v.push(Config {
+                                            client,
+                                            flavour,
+                                            legacy,
+                                            dereg,
+                                            unpin_fails,
+                                            reuse,
+                                            creator,
+                                            mps,
+                                            adopt,
+                                            realloc,
+                                        });
+                                    }
                                 }
                             }
                         }
@@ -379,6 +430,9 @@ pub enum Bug {
     /// address found another registration's pin (its N, or, when the owner created RM's internal
     /// P2P object, its persistent P), made at the address of a table it had freed.
     StaleUnpin(&'static str),
+    /// A registration adopted an N the driver had called back or unpinned (the design's
+    /// adoption, `Config::adopt`).
+    AdoptedDeadN,
 }
 
 /// A pin of the NVIDIA driver, with the page table (and the allocation holding its DMA-mapping
@@ -468,6 +522,11 @@ pub enum DOp {
     ProbePin,
     /// The proof's put_pages_persistent of that pin (any task).
     ProbeUnpin,
+    /// `Config::adopt`: the second registration's acquire pins the range persistently, on the
+    /// first allocation (`World::p_again`).
+    PinPAgain,
+    /// `Config::adopt`: that pin's unpin, when there is nothing to adopt.
+    UnpinPAgain,
 }
 
 /// A host entry point into the client.
@@ -540,6 +599,13 @@ pub struct World {
     pub p2: Pin,
     /// The persistent pin of `Op::ProveUnpinN`, from its pin to its unpin.
     pub probe: Pin,
+    /// `Config::adopt`: the second registration's persistent pin, from acquire's pin until it
+    /// becomes the adopted registration's P (or is unpinned).
+    pub p_again: Pin,
+    /// `Config::adopt`: the second registration adopted the first.
+    pub adopted: bool,
+    /// `Config::realloc`: the memory was allocated again after the free.
+    pub reallocated: bool,
     /// MPS: the owner has left the server's P2P object; none of its lookups finds anything.
     pub owner_left: bool,
     // MLNX host
@@ -561,6 +627,8 @@ pub struct World {
     pub ctx_created: bool,
     pub wq_queued: bool,
     pub wq_running: bool,
+    /// rmmod's try_stop_module succeeded: no module reference can be taken any more.
+    pub module_going: bool,
     pub module_gone: bool,
     pub bug: Option<Bug>,
 }
@@ -581,13 +649,18 @@ impl World {
             cfg,
             threads: vec![
                 thread(OWNER, Some(Frame::HostReg(HostRegStep::Acquire))),
-                thread(
-                    cfg.dereg.tgid(),
-                    Some(Frame::HostDereg {
+                {
+                    let dereg = Frame::HostDereg {
                         pc: HostDeregStep::Revoke,
                         cur: HostMr::Unmapped,
-                    }),
-                ),
+                    };
+                    let mut t = thread(cfg.dereg.tgid(), Some(dereg.clone()));
+                    if cfg.adopt {
+                        // Last in, first run: deregister, register again, deregister again.
+                        t.stack = vec![dereg.clone(), Frame::HostReg(HostRegStep::Acquire), dereg];
+                    }
+                    t
+                },
                 thread(
                     if cfg.mps { SERVER } else { OWNER },
                     Some(Frame::Teardown(TeardownStep::Free)),
@@ -608,6 +681,9 @@ impl World {
             n2: Pin::default(),
             p2: Pin::default(),
             probe: Pin::default(),
+            p_again: Pin::default(),
+            adopted: false,
+            reallocated: false,
             owner_left: false,
             mapping_lock: None,
             xa: false,
@@ -623,6 +699,7 @@ impl World {
             ctx_created: false,
             wq_queued: false,
             wq_running: false,
+            module_going: false,
             module_gone: false,
             bug: None,
         }
@@ -855,6 +932,7 @@ impl World {
             Frame::WorkItem(pc) => self.work_item(tid, pc)?,
             Frame::Rmmod(pc) => self.rmmod(tid, pc)?,
             Frame::Ours(Ours::Acquire(pc)) => self.fixed_acquire(tid, pc)?,
+            Frame::Ours(Ours::Adopt(pc)) => self.adopting_acquire(tid, pc)?,
             Frame::Ours(Ours::Run { actor, call, pc }) => self.fixed_run(tid, actor, call, pc)?,
             Frame::Ours(Ours::Before(f)) => before::step(&mut self, tid, f)?,
             Frame::Ours(Ours::PinN(pc)) => self.glue_pin_n(tid, pc)?,
@@ -950,6 +1028,10 @@ impl Model for ProtocolModel {
                 "put_pages never unpins a pin its caller did not hold",
                 |_, s: &World| no_bug(s, |b| matches!(b, Bug::StaleUnpin(_))),
             ),
+            Property::always(
+                "a registration adopts only an N the driver still holds",
+                |_, s: &World| no_bug(s, |b| matches!(b, Bug::AdoptedDeadN)),
+            ),
             Property::always("no deadlock", |_, s: &World| !s.deadlocked()),
             Property::always("nothing is left behind at the end", |_, s: &World| {
                 s.leak().is_none()
@@ -960,6 +1042,9 @@ impl Model for ProtocolModel {
             ),
             Property::sometimes("a registration completes", |_, s: &World| {
                 s.registered == Registered::Done
+            }),
+            Property::sometimes(ADOPTS, |_, s: &World| {
+                s.adopted && s.registered == Registered::Done
             }),
             Property::sometimes(
                 KEPT_AFTER_LATE_PROOF,
@@ -982,6 +1067,8 @@ impl Model for ProtocolModel {
 
 /// The accepted outcome of `World::kept_after_late_proof`, as a `sometimes` property.
 const KEPT_AFTER_LATE_PROOF: &str = "a registration is kept for good after the memory went (or the owner left) between put_pages of N and the proof";
+/// `Config::adopt`, not vacuous: a `sometimes` property.
+const ADOPTS: &str = "a registration adopting a lingering N completes";
 /// MPS, not vacuous: a `sometimes` property.
 const UNPROVEN_ABANDONS_N: &str =
     "an unpin of N the owner could not prove leaves N armed for the callback";
@@ -1045,6 +1132,8 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     (DOp::Barrier, _) => "put_pages of a key that is no pin's, from a kworker (API lock only)",
                     (DOp::ProbePin, _) => "get_pages_persistent of the first page (API lock; the memory looked up through the caller's P2P objects; table allocated, at the lowest free address)",
                     (DOp::ProbeUnpin, _) => "put_pages_persistent of the proof's pin (API lock)",
+                    (DOp::PinPAgain, _) => "get_pages_persistent of the range registered again (API lock; table allocated, at the lowest free address)",
+                    (DOp::UnpinPAgain, _) => "put_pages_persistent of that pin (API lock)",
                 }
             ),
             Frame::WorkItem(pc) => match pc {
@@ -1093,6 +1182,7 @@ pub fn describe(s: &World, tid: Tid) -> String {
                     }
                 ),
                 Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
+                Ours::Adopt(pc) => format!("peermem-rs acquire of the range registered again: {}", pc.what()),
                 Ours::PinN(CallStep::Enter) => if s.glue_takes_n_pins(Op::PinN) {
                     "peermem-rs get_pages: take N_PINS, hand the driver a reference, call nvidia_p2p_get_pages"
                 } else {
@@ -1165,6 +1255,8 @@ pub struct Report {
     /// (`World::kept_after_late_proof`): not a counterexample, the price of the proof
     /// (docs/known-limits.md, "MPS").
     pub kept_after_late_proof: Option<Trace>,
+    /// `Config::adopt`: in some run the second registration adopts the first and completes.
+    pub adoption_completes: bool,
 }
 
 impl Report {
@@ -1196,6 +1288,7 @@ pub fn check(cfg: Config) -> Report {
         registration_completes: false,
         unproven_unpin_abandons_n: false,
         kept_after_late_proof: None,
+        adoption_completes: false,
     };
     for p in properties {
         let found = checker.discovery(p.name);
@@ -1227,6 +1320,7 @@ pub fn check(cfg: Config) -> Report {
             match p.name {
                 KEPT_AFTER_LATE_PROOF => report.kept_after_late_proof = trace,
                 UNPROVEN_ABANDONS_N => report.unproven_unpin_abandons_n = trace.is_some(),
+                ADOPTS => report.adoption_completes = trace.is_some(),
                 _ => report.registration_completes = trace.is_some(),
             }
             continue;

@@ -13,6 +13,8 @@ pub enum TeardownStep {
     CallBack,
     CalledBack,
     Unlock,
+    /// `Config::realloc`: the memory allocated again at the same address.
+    Realloc,
 }
 
 impl TeardownStep {
@@ -22,6 +24,9 @@ impl TeardownStep {
             Self::CallBack => "call the free callback (if N is armed)",
             Self::CalledBack => "callback returned: free the table, its mappings, the semaphore",
             Self::Unlock => "drop the API lock",
+            Self::Realloc => {
+                "allocate memory again at the same address (API lock), to be freed in turn"
+            }
         }
     }
 }
@@ -79,7 +84,18 @@ impl World {
             }
             TeardownStep::Unlock => {
                 self.api_lock = None;
-                self.ret(tid, Ok(()));
+                if self.cfg.realloc && !self.reallocated {
+                    next(self, TeardownStep::Realloc);
+                } else {
+                    self.ret(tid, Ok(()));
+                }
+            }
+            TeardownStep::Realloc => {
+                // The new memory is freed in its turn, once (its pins called back as the first's).
+                self.api_free_for(tid)?;
+                self.allocated = true;
+                self.reallocated = true;
+                next(self, TeardownStep::Free);
             }
         }
         Some(())
@@ -92,7 +108,14 @@ impl World {
     /// with neither free, a fresh one: `fresh` (P's or N's own label for the first registration's
     /// P and N, `Other` for the second registration's tables).
     pub(crate) fn free_slot(&self, fresh: Addr) -> Addr {
-        let tables = [&self.p, &self.n, &self.p2, &self.n2, &self.probe];
+        let tables = [
+            &self.p,
+            &self.n,
+            &self.p2,
+            &self.n2,
+            &self.probe,
+            &self.p_again,
+        ];
         let taken = |a: Addr| tables.iter().any(|t| t.table_alive && t.slot == a);
         // An address exists once a table got it: P's with P, N's with an N that got a fresh one.
         let exists = |a: Addr| tables.iter().any(|t| t.existed && t.slot == a);
@@ -124,6 +147,23 @@ impl World {
                     Err(EINVAL)
                 };
                 self.ret(tid, r);
+            }
+            (DOp::PinPAgain, _) => {
+                // The range registered again: looked up as acquire's pin is, on the first
+                // allocation (or on the memory allocated again there, `Config::realloc`).
+                self.api_free_for(tid)?;
+                let r = if self.allocated && owner {
+                    self.p_again = Pin::made(self.free_slot(Addr::Other));
+                    Ok(())
+                } else {
+                    Err(EINVAL)
+                };
+                self.ret(tid, r);
+            }
+            (DOp::UnpinPAgain, _) => {
+                self.api_free_for(tid)?;
+                self.p_again = Pin::default();
+                self.ret(tid, Ok(()));
             }
             (DOp::PinP2, _) => {
                 // The second registration's persistent pin: its table from the same allocator, at

@@ -157,6 +157,8 @@ fn before(flavour: Flavour, dereg: Dereg) -> Report {
         reuse: false,
         creator: false,
         mps: false,
+        adopt: false,
+        realloc: false,
     })
 }
 
@@ -222,6 +224,8 @@ fn no_n_pins(legacy: bool, reuse: bool) -> Report {
         reuse,
         creator: false,
         mps: false,
+        adopt: false,
+        realloc: false,
     })
 }
 
@@ -299,6 +303,8 @@ fn unlocked_p(legacy: bool, creator: bool) -> Report {
         reuse: true,
         creator,
         mps: false,
+        adopt: false,
+        realloc: false,
     })
 }
 
@@ -370,6 +376,8 @@ fn trusts_unpin(legacy: bool) -> Report {
         reuse: false,
         creator: false,
         mps: true,
+        adopt: false,
+        realloc: false,
     })
 }
 
@@ -445,18 +453,27 @@ fn without_mps_the_owners_unpin_could_be_trusted() {
 }
 
 /// The design of docs/design-lingering-n.md (issue 22, item 1), not the module: the fixed client
-/// whose glue answers every proof as unproven, so that it never unpins N. Every property holds in
-/// every configuration, the MPS ones included, where the fixed client keeps its one window: no
-/// put_pages of N is made, so none is believed.
+/// whose glue answers every proof as unproven, so that it never unpins N, and whose acquire of a
+/// range registered again adopts a lingering registration (`Registration::adoptable`, `adopt`).
+/// Every property holds in every configuration, the MPS ones included, where the fixed client
+/// keeps its one window: no put_pages of N is made, so none is believed; and a registration
+/// adopts only an N the driver still holds, also when the memory was freed and allocated again
+/// at the same address.
 #[test]
 fn the_lingering_design_closes_the_mps_window() {
     let configs = Config::all(Client::Lingers);
+    let plain: Vec<_> = configs.iter().filter(|c| !c.adopt).collect();
     assert_eq!(
-        configs.len(),
+        plain.len(),
         Config::all(Client::Fixed).len(),
         "the design is checked in the fixed client's configurations"
     );
-    assert!(configs.iter().filter(|c| c.mps).count() == 2);
+    assert_eq!(
+        configs.iter().filter(|c| c.adopt).count(),
+        6,
+        "adoption: ex and legacy host, with and without MPS, and the memory allocated again"
+    );
+    assert!(configs.iter().filter(|c| c.mps).count() == 4);
     let mut states = 0;
     for (cfg, r) in check_all(&configs) {
         states += r.unique_states;
@@ -474,6 +491,12 @@ fn the_lingering_design_closes_the_mps_window() {
             "{cfg}: no registration ever completes"
         );
         assert!(r.kept_after_late_proof.is_none(), "{cfg}: no proof is made");
+        // Not vacuous: the range registered again adopts the lingering registration and the
+        // registration completes, in some run of every adoption configuration.
+        assert_eq!(
+            r.adoption_completes, cfg.adopt,
+            "{cfg}: a registration adopting a lingering N completes"
+        );
         // MPS: after the owner left, its deregistration leaves N armed, with our data, for the
         // server's free to call back (which every property above then checks).
         assert_eq!(
