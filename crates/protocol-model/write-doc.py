@@ -25,7 +25,9 @@ END = "<!-- model check: end -->"
 # (argument, what the client is): the sections of docs/model-check.md, in their order.
 CLIENTS = [
     ("fixed", "the client as it is"),
-    ("before", "the client of commit 8adc715"),
+    ("maps-n", "the client as it is with rule 1 broken: N's table mapped (H1, as the client of 8adc715)"),
+    ("trusts-foreign-put", "the client as it is with rule 2 broken: a foreign put_pages of N trusted (H2, as the client of 8adc715)"),
+    ("drops-ref-in-callback", "the client as it is with rule 4 broken: the reference dropped in the callback (L1, as the client of 8adc715)"),
     ("no-n-pins", "the client before 8071b8f (eb5e4f5, no `N_PINS`)"),
     ("unlocked-p", "the client before 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin)"),
     ("trusts-unpin", "the client before 6c0a72f (b477f12, no proof: the owner's 0 from put_pages of N taken as the unpin)"),

@@ -6,7 +6,7 @@
 use peermem_logic::errno::Errno;
 use peermem_logic::registration::{self as reg, Actor, Commit, HostCall, Op, Step};
 
-use crate::{before, range, Bug, Client, DOp, Frame, InvalidateStep, Pin, Tid, World, EINVAL};
+use crate::{range, Bug, Client, DOp, Frame, InvalidateStep, Pin, Tid, World, EINVAL};
 
 /// A frame of peermem-rs code.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -19,8 +19,9 @@ pub enum Ours {
         call: Option<HostCall>,
         pc: RunPc,
     },
-    /// The previous client's code.
-    Before(before::Frame),
+    /// The glue with rule 2 broken (`Client::TrustsForeignPut`): put_pages of N from a task that
+    /// is not the owner, its 0 taken as the unpin.
+    TrustForeignPut(CallStep),
     /// The glue's `Op::PinN` (`N_PINS` around get_pages, for the fixed client).
     PinN(CallStep),
     /// The glue's `Op::UnpinN` (`N_PINS`, then "still Unpinning?", for the fixed client).
@@ -251,12 +252,13 @@ impl World {
                 match op {
                     Op::PinN => self.push(tid, Frame::Ours(Ours::PinN(CallStep::Enter))),
                     Op::UnpinN => self.push(tid, Frame::Ours(Ours::UnpinN(CallStep::Enter))),
-                    Op::MapP => self.call_driver(tid, DOp::Map(true)),
-                    Op::UnmapP => self.call_driver(tid, DOp::Unmap(true)),
+                    Op::MapP => self.call_driver(tid, DOp::Map(!self.maps_n())),
+                    Op::UnmapP => self.call_driver(tid, DOp::Unmap(!self.maps_n())),
                     Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
                     Op::AllocSg => self.threads[tid].ret = Some(Ok(())),
                     Op::FillSg => {
-                        if !(self.p.table_alive && self.p.mapped) {
+                        let mapped = if self.maps_n() { self.n } else { self.p };
+                        if !(mapped.table_alive && mapped.mapped) {
                             self.bug(Bug::DriverUseAfterFree(
                                 "the SG list was filled from a dead DMA mapping",
                             ));
@@ -281,6 +283,12 @@ impl World {
                 }
             }
             Step::DropDriverRef => self.drop_ref(),
+            Step::HandDriverRefToWork if self.cfg.client == Client::DropsRefInCallback => {
+                // Rule 4 broken: the callback drops the driver's reference itself (maybe the
+                // last one, and with it the module reference) and then returns, in module code.
+                self.drop_ref();
+                set(self, RunPc::Return(Ok(())));
+            }
             Step::HandDriverRefToWork => {
                 if self.wq_queued {
                     // Already queued: the queued item holds a reference; drop the driver's.
@@ -297,6 +305,12 @@ impl World {
                     self.refs += 1;
                 }
             }
+            Step::Note(reg::Event::UnpinNForeign)
+                if self.cfg.client == Client::TrustsForeignPut =>
+            {
+                // Rule 2 broken: put_pages of N from this task all the same.
+                self.push(tid, Frame::Ours(Ours::TrustForeignPut(CallStep::Enter)));
+            }
             Step::Note(_) => {}
             Step::Return(r) => {
                 let r = r.map_err(|refusal| refusal.errno);
@@ -312,26 +326,58 @@ impl World {
 
     /// Does the client's glue take `N_PINS` around its pins and unpins of N?
     pub(crate) fn models_n_pins(&self) -> bool {
-        matches!(
-            self.cfg.client,
-            Client::Fixed | Client::UnlockedP | Client::TrustsUnpin | Client::Lingers
-        )
+        self.cfg.client.breaks_a_rule()
+            || matches!(
+                self.cfg.client,
+                Client::Fixed | Client::UnlockedP | Client::TrustsUnpin | Client::Lingers
+            )
+    }
+
+    /// Does the glue map N's table where the state machine says P (`Client::MapsN`; N exists in
+    /// the invalidating flavour only)?
+    pub(crate) fn maps_n(&self) -> bool {
+        self.cfg.client == Client::MapsN && self.invalidating()
+    }
+
+    /// The glue with rule 2 broken (`Client::TrustsForeignPut`): put_pages of N from the
+    /// deregistering task, which is not the owner, and its 0 taken as the unpin: the driver's
+    /// reference dropped, though the driver still holds N and our data.
+    pub(crate) fn trust_foreign_put(&mut self, tid: Tid, pc: CallStep) -> Option<()> {
+        match pc {
+            CallStep::Enter => {
+                self.our_code(true, "put_pages of N");
+                let key = self.n_key.unwrap_or_default();
+                self.set_pc(tid, Frame::Ours(Ours::TrustForeignPut(CallStep::Returned)));
+                self.call_driver(tid, DOp::UnpinN { key });
+            }
+            CallStep::Returned => {
+                let r = self.take_ret(tid)?;
+                self.our_code(true, "put_pages of N");
+                if r.is_ok() {
+                    self.drop_ref();
+                }
+                self.ret(tid, Ok(()));
+            }
+        }
+        Some(())
     }
 
     /// Does the glue ask for the next step under the hold that began an actor or reported a
     /// call's result (`RegCtx::drive`, the client of today and the design built on it)? The older
     /// clients took the lock again for each.
     pub(crate) fn one_hold(&self) -> bool {
-        matches!(self.cfg.client, Client::Fixed | Client::Lingers)
+        self.cfg.client.breaks_a_rule()
+            || matches!(self.cfg.client, Client::Fixed | Client::Lingers)
     }
 
     /// Does the client's acquire take `N_PINS` around its persistent pin (and the glue around the
     /// proof's, `Op::ProveUnpinN`, where it makes one)?
     pub(crate) fn models_n_pins_around_p(&self) -> bool {
-        matches!(
-            self.cfg.client,
-            Client::Fixed | Client::TrustsUnpin | Client::Lingers
-        )
+        self.cfg.client.breaks_a_rule()
+            || matches!(
+                self.cfg.client,
+                Client::Fixed | Client::TrustsUnpin | Client::Lingers
+            )
     }
 
     /// Does the glue take `N_PINS` around `op` (`Op::PinN`, `Op::UnpinN`, `Op::ProveUnpinN`)? The
@@ -339,7 +385,9 @@ impl World {
     /// a change there is checked here; the older clients' glue is described by the two above.
     pub(crate) fn glue_takes_n_pins(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (Client::Fixed | Client::Lingers, _) => op.takes_n_pins(),
+            (c, _) if c == Client::Fixed || c == Client::Lingers || c.breaks_a_rule() => {
+                op.takes_n_pins()
+            }
             (_, Op::ProveUnpinN) => self.models_n_pins_around_p(),
             _ => self.models_n_pins(),
         }
@@ -353,7 +401,9 @@ impl World {
     /// call), is asked again by every client.
     pub(crate) fn glue_asks_again(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (Client::Fixed | Client::Lingers, _) => op.asked_again(),
+            (c, _) if c == Client::Fixed || c == Client::Lingers || c.breaks_a_rule() => {
+                op.asked_again()
+            }
             (_, Op::ProveUnpinN) => true,
             (_, Op::UnpinN) => self.models_n_pins(),
             _ => false,

@@ -8,8 +8,8 @@
 //! steps, from every configuration, up to the bound below. Each provider's steps are in a file of
 //! their own, each thread's program a named step enum beside it: `host.rs` (MLNX_OFED),
 //! `nvidia.rs` (the NVIDIA driver), `kernel.rs` (the workqueue, rmmod), `client.rs` (peermem-rs as
-//! it is, and the clients that differ from it only in their glue), `before.rs` (the client of
-//! 8adc715, its own state machine); this file holds the world, its properties and the checker.
+//! it is, and the clients that differ from it only in their glue); this file holds the world,
+//! its properties and the checker.
 //! What the threads run:
 //!
 //! - **the NVIDIA driver** as `kernel-open/nvidia/nv-p2p.c` and RM's `osapi.c`/`p2p.c`/
@@ -74,8 +74,9 @@
 //!   d115ce6 (`UnlockedP`, the parent of 19a7cde) is the fixed one but for `N_PINS` around the
 //!   persistent pins (acquire's, the proof's); the client of eb5e4f5 (`NoNPins`, the parent of
 //!   8071b8f) takes `N_PINS` nowhere and has no "still Unpinning?" check (the proof, which
-//!   neither of these two had, they make as the fixed client without `N_PINS`); the previous
-//!   client runs its state machine (`before.rs`) as the glue of commit 8adc715 did; and a design,
+//!   neither of these two had, they make as the fixed client without `N_PINS`); three variants
+//!   break one rule of the state machine each, as the client of 8adc715 broke them (`MapsN`,
+//!   rule 1; `TrustsForeignPut`, rule 2; `DropsRefInCallback`, rule 4); and a design,
 //!   not the module (`Lingers`): the fixed client answering every proof as unproven, so that it
 //!   never unpins N and leaves each to the free's callback, and whose acquire of a range
 //!   registered again adopts a lingering registration (`Config::adopt`;
@@ -122,7 +123,6 @@
 //! proof (the model is as clean without it); it is there because every persistent pin of ours is
 //! under it (src/client.rs), for the unpins of other registrations the bound leaves out.
 
-pub mod before;
 mod client;
 mod host;
 mod kernel;
@@ -171,8 +171,21 @@ const EIO: Errno = Errno::EIO;
 pub enum Client {
     /// peermem-rs as it is now.
     Fixed,
-    /// peermem-rs before the fix (commit 8adc715).
-    Before,
+    /// The `Fixed` client with rule 1 of the state machine broken (src/logic/registration.rs):
+    /// the glue maps, unmaps and reads N's table, which the driver frees when its callback
+    /// returns, where the state machine says P. The fault of the client of 8adc715 (H1), which
+    /// mapped N; that client's own state machine and glue (`before.rs`) were kept until these
+    /// three variants replaced them.
+    MapsN,
+    /// The `Fixed` client with rule 2 broken: where the state machine leaves N to the driver
+    /// because a task other than the owner deregisters, the glue calls put_pages of N from that
+    /// task anyway and takes its 0 as the unpin, dropping the driver's reference, as the client
+    /// of 8adc715 did (H2).
+    TrustsForeignPut,
+    /// The `Fixed` client with rule 4 broken: the free callback drops the driver's reference
+    /// itself, maybe the last one and with it the module reference, instead of handing it to
+    /// the work item, as the client of 8adc715 did (L1).
+    DropsRefInCallback,
     /// peermem-rs just before commit 8071b8f (at eb5e4f5): the state machine of `Fixed`, its glue
     /// without the `N_PINS` lock and without the "still Unpinning?" check under it. That glue had
     /// no `Op::ProveUnpinN` (the state machine of its time asked for none); here it carries the
@@ -198,6 +211,17 @@ pub enum Client {
     /// adopts one (`Config::adopt`: its acquire runs `Registration::adoptable` and `adopt`, the
     /// state machine's, not yet called by the module; docs/design-lingering-n.md).
     Lingers,
+}
+
+impl Client {
+    /// One of the `Fixed` client's variants with a rule of the state machine broken, each checked
+    /// without the reuse and without MPS (their faults need neither).
+    pub fn breaks_a_rule(self) -> bool {
+        matches!(
+            self,
+            Client::MapsN | Client::TrustsForeignPut | Client::DropsRefInCallback
+        )
+    }
 }
 
 /// Who deregisters the memory.
@@ -328,11 +352,13 @@ impl fmt::Display for Config {
 
 impl Config {
     /// Every configuration of `client`: with the second registration and the reuse of table
-    /// addresses for the invalidating flavour (the only one with an N), except for the client of
-    /// 8adc715, whose glue is kept as it was checked; and with the reuse and a driver that unpins,
-    /// the owner the creator of RM's internal P2P object or not; and for the invalidating flavour
-    /// deregistered by the owner, with a driver that unpins and without the reuse, an MPS owner
-    /// that may leave the P2P object (`Config::mps`), except for the client of 8adc715 again.
+    /// addresses for the invalidating flavour (the only one with an N), except for the variants
+    /// that break a rule (`Client::breaks_a_rule`: their faults need no second registration); and
+    /// with the reuse and a driver that unpins, the owner the creator of RM's internal P2P object
+    /// or not; and for the invalidating flavour deregistered by the owner, with a driver that
+    /// unpins and without the reuse, an MPS owner that may leave the P2P object (`Config::mps`),
+    /// except for those variants again; and, for the design client only, the adoption
+    /// configurations (`Config::adopt`, `Config::realloc`).
     ///
     /// Where the MPS owner is left out: the persistent flavour has no N, and its only lookup of
     /// the owner's is acquire's pin, whose failure is a refused registration as when the memory is
@@ -354,8 +380,7 @@ impl Config {
                 for dereg in [Dereg::Owner, Dereg::ForkedChild, Dereg::DeviceRemoval] {
                     for unpin_fails in [false, true] {
                         for reuse in [false, true] {
-                            if reuse && (flavour == Flavour::Persistent || client == Client::Before)
-                            {
+                            if reuse && (flavour == Flavour::Persistent || client.breaks_a_rule()) {
                                 continue;
                             }
                             for creator in [false, true] {
@@ -370,7 +395,7 @@ impl Config {
                                             || dereg != Dereg::Owner
                                             || unpin_fails
                                             || reuse
-                                            || client == Client::Before)
+                                            || client.breaks_a_rule())
                                     {
                                         continue;
                                     }
@@ -617,7 +642,6 @@ pub struct World {
     pub registered: Registered,
     // peermem-rs
     pub state: Option<reg::Registration>,
-    pub old: Option<before::Old>,
     /// The glue's key of N (`Inner::n`): the address of the table get_pages handed back.
     pub n_key: Option<Addr>,
     /// The task holding `N_PINS`.
@@ -692,7 +716,6 @@ impl World {
             usecnt: 0,
             registered: Registered::Pending,
             state: None,
-            old: None,
             n_key: None,
             n_pins: None,
             refs: 0,
@@ -775,39 +798,32 @@ impl World {
 
     /// Pushes the client's entry point `e` on `tid`.
     fn call_client(&mut self, tid: Tid, e: Entry) {
-        let frame = match self.cfg.client {
-            Client::Fixed
-            | Client::NoNPins
-            | Client::UnlockedP
-            | Client::TrustsUnpin
-            | Client::Lingers => match e {
-                Entry::Acquire => Ours::Acquire(CallStep::Enter),
-                Entry::Callback => Ours::Run {
-                    actor: Actor::Callback,
-                    call: None,
-                    pc: RunPc::Begin,
-                },
-                Entry::Work => Ours::Run {
-                    actor: Actor::Work,
-                    call: None,
-                    pc: RunPc::Begin,
-                },
-                _ => Ours::Run {
-                    actor: Actor::Host,
-                    call: Some(match e {
-                        Entry::GetPages => HostCall::GetPages {
-                            range: range(),
-                            core_context: 0,
-                        },
-                        Entry::DmaMap => HostCall::DmaMap,
-                        Entry::DmaUnmap => HostCall::DmaUnmap,
-                        Entry::PutPages => HostCall::PutPages,
-                        _ => HostCall::Release,
-                    }),
-                    pc: RunPc::Begin,
-                },
+        let frame = match e {
+            Entry::Acquire => Ours::Acquire(CallStep::Enter),
+            Entry::Callback => Ours::Run {
+                actor: Actor::Callback,
+                call: None,
+                pc: RunPc::Begin,
             },
-            Client::Before => Ours::Before(before::Frame::new(e)),
+            Entry::Work => Ours::Run {
+                actor: Actor::Work,
+                call: None,
+                pc: RunPc::Begin,
+            },
+            _ => Ours::Run {
+                actor: Actor::Host,
+                call: Some(match e {
+                    Entry::GetPages => HostCall::GetPages {
+                        range: range(),
+                        core_context: 0,
+                    },
+                    Entry::DmaMap => HostCall::DmaMap,
+                    Entry::DmaUnmap => HostCall::DmaUnmap,
+                    Entry::PutPages => HostCall::PutPages,
+                    _ => HostCall::Release,
+                }),
+                pc: RunPc::Begin,
+            },
         };
         self.push(tid, Frame::Ours(frame));
     }
@@ -934,7 +950,7 @@ impl World {
             Frame::Ours(Ours::Acquire(pc)) => self.fixed_acquire(tid, pc)?,
             Frame::Ours(Ours::Adopt(pc)) => self.adopting_acquire(tid, pc)?,
             Frame::Ours(Ours::Run { actor, call, pc }) => self.fixed_run(tid, actor, call, pc)?,
-            Frame::Ours(Ours::Before(f)) => before::step(&mut self, tid, f)?,
+            Frame::Ours(Ours::TrustForeignPut(pc)) => self.trust_foreign_put(tid, pc)?,
             Frame::Ours(Ours::PinN(pc)) => self.glue_pin_n(tid, pc)?,
             Frame::Ours(Ours::UnpinN(pc)) => self.glue_unpin_n(tid, pc)?,
             Frame::Ours(Ours::ProveUnpinN(pc)) => self.glue_prove_unpin_n(tid, pc)?,
@@ -1075,19 +1091,10 @@ const UNPROVEN_ABANDONS_N: &str =
 
 /// The NIC's key points at a DMA mapping that is alive.
 fn live_mapping(s: &World) -> bool {
-    match s.cfg.client {
-        Client::Fixed
-        | Client::NoNPins
-        | Client::UnlockedP
-        | Client::TrustsUnpin
-        | Client::Lingers => s.p.mapped && s.p.table_alive,
-        Client::Before => {
-            if s.cfg.flavour == Flavour::Invalidating {
-                s.n.mapped && s.n.table_alive
-            } else {
-                s.p.mapped && s.p.table_alive
-            }
-        }
+    if s.maps_n() {
+        s.n.mapped && s.n.table_alive
+    } else {
+        s.p.mapped && s.p.table_alive
     }
 }
 
@@ -1181,7 +1188,8 @@ pub fn describe(s: &World, tid: Tid) -> String {
                         (RunPc::Return(_), _) => "return".to_string(),
                     }
                 ),
-                Ours::Before(f) => format!("peermem-rs (before): {}", before::describe(f)),
+                Ours::TrustForeignPut(CallStep::Enter) => "peermem-rs put_pages (rule 2 broken): call nvidia_p2p_put_pages of N from this task".to_string(),
+                Ours::TrustForeignPut(CallStep::Returned) => "peermem-rs put_pages (rule 2 broken): put_pages returned 0, taken as the unpin: drop the driver's reference".to_string(),
                 Ours::Adopt(pc) => format!("peermem-rs acquire of the range registered again: {}", pc.what()),
                 Ours::PinN(CallStep::Enter) => if s.glue_takes_n_pins(Op::PinN) {
                     "peermem-rs get_pages: take N_PINS, hand the driver a reference, call nvidia_p2p_get_pages"

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `protocol-model [fixed|before|no-n-pins|unlocked-p|trusts-unpin|lingers] [--traces]`: check the
+//! `protocol-model [fixed|maps-n|trusts-foreign-put|drops-ref-in-callback|no-n-pins|unlocked-p|`
+//! `trusts-unpin|lingers] [--traces]`: check the
 //! registration protocol of peermem-rs exhaustively against the model of the real providers, one
 //! configuration at a time; print the states explored and which properties hold, and with
 //! `--traces` a counterexample of every property that fails, step by step. Exits 1 if any
 //! property fails.
 //!
-//! The clients: `fixed`, peermem-rs as it is; `before`, the client of commit 8adc715;
+//! The clients: `fixed`, peermem-rs as it is; `maps-n`, `trusts-foreign-put` and
+//! `drops-ref-in-callback`, the fixed client with rule 1, 2 or 4 of its state machine broken, as
+//! the client of commit 8adc715 broke them;
 //! `no-n-pins`, the client before 8071b8f (eb5e4f5, no `N_PINS`); `unlocked-p`, the client before
 //! 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin); `trusts-unpin`, the client
 //! before the proof of the owner's unpin (b477f12: the owner's 0 from put_pages of N taken as the
@@ -28,7 +31,9 @@ fn main() {
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
             "fixed" => client = Client::Fixed,
-            "before" => client = Client::Before,
+            "maps-n" => client = Client::MapsN,
+            "trusts-foreign-put" => client = Client::TrustsForeignPut,
+            "drops-ref-in-callback" => client = Client::DropsRefInCallback,
             "no-n-pins" => client = Client::NoNPins,
             "unlocked-p" => client = Client::UnlockedP,
             "trusts-unpin" => client = Client::TrustsUnpin,
@@ -36,7 +41,7 @@ fn main() {
             "--traces" => traces = true,
             other => {
                 eprintln!(
-                    "usage: protocol-model [fixed|before|no-n-pins|unlocked-p|trusts-unpin|lingers] [--traces] (not {other})"
+                    "usage: protocol-model [fixed|maps-n|trusts-foreign-put|drops-ref-in-callback|no-n-pins|unlocked-p|trusts-unpin|lingers] [--traces] (not {other})"
                 );
                 std::process::exit(2);
             }

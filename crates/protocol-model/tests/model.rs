@@ -2,8 +2,9 @@
 
 //! The model check as tests: the fixed client satisfies every property in every configuration,
 //! exhaustively to the model's bound, including a second registration pinning at a reused table
-//! address; the previous client (commit 8adc715) does not, and the counterexamples are the
-//! use-after-free paths H1 and H2 and the unload race L1 that reading the real providers found; the
+//! address; with rule 1, 2 or 4 of its state machine broken, as the client of commit 8adc715
+//! broke them, it does not, and the counterexamples are the use-after-free paths H1 and H2 and
+//! the unload race L1 that reading the real providers found; the
 //! client just before commit 8071b8f (no `N_PINS`) does not either, and its counterexample is the
 //! stale unpin that `make stress` found; nor does the client that makes acquire's persistent pin
 //! without `N_PINS` (d115ce6, before 19a7cde) when the owner created RM's internal P2P object: a
@@ -147,9 +148,11 @@ fn the_one_window_left_is_the_leave_between_the_proof_and_the_unpin() {
     );
 }
 
-fn before(flavour: Flavour, dereg: Dereg) -> Report {
+/// The fixed client with one rule of its state machine broken (`Client::breaks_a_rule`).
+fn broken(client: Client, flavour: Flavour, dereg: Dereg) -> Report {
+    assert!(client.breaks_a_rule());
     check(Config {
-        client: Client::Before,
+        client,
         flavour,
         legacy: false,
         dereg,
@@ -163,8 +166,10 @@ fn before(flavour: Flavour, dereg: Dereg) -> Report {
 }
 
 #[test]
-fn h1_the_previous_client_lets_the_driver_free_a_pin_under_its_own_dma_map_and_dma_unmap() {
-    let r = before(Flavour::Invalidating, Dereg::Owner);
+fn h1_mapping_n_lets_the_driver_free_a_pin_under_dma_map_and_dma_unmap() {
+    // Rule 1: no DMA mapping on a table the driver can tear down. Broken, as the client of
+    // 8adc715 broke it (it mapped N).
+    let r = broken(Client::MapsN, Flavour::Invalidating, Dereg::Owner);
     let map = r
         .counterexample("dma_map_pages never")
         .expect("H1 in dma_map");
@@ -184,31 +189,55 @@ fn h1_the_previous_client_lets_the_driver_free_a_pin_under_its_own_dma_map_and_d
 }
 
 #[test]
-fn h2_the_previous_client_frees_a_registration_the_driver_still_calls_back_after_a_foreign_put() {
+fn h2_trusting_a_foreign_put_frees_a_registration_the_driver_still_calls_back() {
+    // Rule 2: N is unpinned only from the owner's process. Broken: a forked child's or a
+    // kworker's put_pages, which finds nothing and answers 0, taken as the unpin.
     for dereg in [Dereg::ForkedChild, Dereg::DeviceRemoval] {
-        let r = before(Flavour::Invalidating, dereg);
+        let r = broken(Client::TrustsForeignPut, Flavour::Invalidating, dereg);
         let t = r
             .counterexample("no registration is used after")
             .unwrap_or_else(|| panic!("H2 with {dereg:?}"));
         assert!(t.end.contains("RegistrationUseAfterFree"), "{}", t.end);
     }
-    // From the owner's own process put_pages really unpins: no H2 there.
-    let r = before(Flavour::Invalidating, Dereg::Owner);
-    assert!(r.counterexample("no registration is used after").is_none());
+    // From the owner's own process the state machine unpins (after its proof): no H2 there.
+    let r = broken(
+        Client::TrustsForeignPut,
+        Flavour::Invalidating,
+        Dereg::Owner,
+    );
+    assert!(r.all_hold());
 }
 
 #[test]
-fn l1_the_previous_client_drops_the_module_reference_inside_the_free_callback() {
-    let r = before(Flavour::Invalidating, Dereg::Owner);
-    assert!(r
+fn l1_dropping_the_reference_in_the_callback_runs_module_code_after_rmmod() {
+    // Rule 4: the callback never drops the last reference. Broken: where the callback holds the
+    // last one (N left to the driver by a forked child's deregistration), rmmod completes while
+    // the callback is still returning through module code.
+    let r = broken(
+        Client::DropsRefInCallback,
+        Flavour::Invalidating,
+        Dereg::ForkedChild,
+    );
+    let t = r
         .counterexample("no module code runs after rmmod")
-        .is_some());
+        .expect("L1");
+    assert!(t.end.contains("ModuleCodeAfterUnload"), "{}", t.end);
 }
 
 #[test]
-fn the_previous_persistent_client_was_safe() {
-    for dereg in [Dereg::Owner, Dereg::ForkedChild, Dereg::DeviceRemoval] {
-        assert!(before(Flavour::Persistent, dereg).all_hold());
+fn the_persistent_flavour_needs_none_of_the_three_rules() {
+    // No N, no callback: the variants are the fixed client there.
+    for client in [
+        Client::MapsN,
+        Client::TrustsForeignPut,
+        Client::DropsRefInCallback,
+    ] {
+        for dereg in [Dereg::Owner, Dereg::ForkedChild, Dereg::DeviceRemoval] {
+            assert!(
+                broken(client, Flavour::Persistent, dereg).all_hold(),
+                "{client:?}, {dereg:?}"
+            );
+        }
     }
 }
 
