@@ -172,14 +172,13 @@ fn lock_n_pins(t: Timing) -> Held<StaticMutexGuard<'static, ()>> {
 // Lock rules of `N_PINS`, the lock of the notification pins' keys.
 //
 // Why: `nvidia_p2p_put_pages` finds the pin to unpin by its page-table pointer among the calling
-// process's pins and frees that table when it was found (550.163.01 kernel-open/nvidia/nv-p2p.c:
-// 321-328; RmP2PPutPages, src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1493, looks up the process's
-// P2P object without a token, then deletes the mapping info by that key), and a teardown frees
-// the table right after our callback returns (nv-p2p.c:376-382). An unpin racing a teardown
-// (`Op::UnpinN` made while cudaFree calls us back) passes a pointer to freed memory; when another
-// registration of the same process pinned in between and got the same address, the driver
-// unpins that other pin, silently and without its callback, and frees its table under it (found
-// by `make stress` on the benchmark kernel, where slab addresses are reused at once: a table
+// process's pins and frees that table when it was found (RmP2PPutPages looks up the process's
+// P2P object without a token, then deletes the mapping info by that key [NV-PUT-PAGES-LOOKUP]),
+// and a teardown frees the table right after our callback returns [NV-TEARDOWN]. An unpin racing
+// a teardown (`Op::UnpinN` made while cudaFree calls us back) passes a pointer to freed memory;
+// when another registration of the same process pinned in between and got the same address, the
+// driver unpins that other pin, silently and without its callback, and frees its table under it
+// (found by `make stress` on the benchmark kernel, where slab addresses are reused at once: a table
 // freed twice in the NVIDIA stand-in, then oopses; the stand-in now WARNs at such a put_pages,
 // `reused_put_pages`). So peermem-rs's own pins of N and unpins of N exclude each other, and an
 // unpin first checks, under this lock, that the callback has not torn N down meanwhile (the
@@ -187,16 +186,17 @@ fn lock_n_pins(t: Timing) -> Held<StaticMutexGuard<'static, ()>> {
 // of the table the unpin names until the unpin has returned.
 //
 // Persistent pins too: the driver looks a key up in every P2P object whose pid list holds the
-// caller, and the list of RM's internal object, where persistent pins live, holds the process
-// that created it: the GPU's first opener, often the CUDA job itself when no
-// nvidia-persistenced runs (thirdpartyp2pConstruct, 550.163.01 third_party_p2p.c:75, 153-164;
-// the walk of a caller's objects, 300-342, used by put_pages's lookup, p2p.c:872-954; the GPU is
-// initialised in its first opener's context unless the open is non-blocking). Its stale unpin would free a live persistent table that took the address
-// (both kinds are one `nv_p2p_mem_info` allocation). So acquire's persistent pin is made under
-// this lock as well. (A persistent pin also opens the GPU in the driver, `nvidia_dev_get_uuid`
-// under its per-device `ldata_lock`: a first open may initialise the device, and other
-// registrations' pins and unpins of N wait for it here. The driver's own order is `ldata_lock` ->
-// RM API lock, and no holder of `ldata_lock` takes this lock.)
+// caller, and the list of RM's internal object, where persistent pins live, holds the process that
+// created it: the GPU's first opener, often the CUDA job itself when no nvidia-persistenced runs
+// (thirdpartyp2pConstruct [NV-INTERNAL-OBJECT]; the walk of a caller's objects,
+// CliNextThirdPartyP2PInfoWithPid, 550.163.01 third_party_p2p.c:300-342, used by put_pages's lookup
+// [NV-PUT-PAGES-LOOKUP]; the GPU is initialised in its first opener's context unless the open is
+// non-blocking). Its stale unpin would free a live persistent table that took the address (both
+// kinds are one `nv_p2p_mem_info` allocation). So acquire's persistent pin is made under this lock
+// as well. (A persistent pin also opens the GPU in the driver, `nvidia_dev_get_uuid` under its
+// per-device `ldata_lock`: a first open may initialise the device, and other registrations' pins
+// and unpins of N wait for it here. The driver's own order is `ldata_lock` -> RM API lock, and no
+// holder of `ldata_lock` takes this lock.)
 //
 // Protects: nothing but that order; no data. Taken around the driver calls of the ops the state
 // machine says take it (`Op::takes_n_pins`: `Op::PinN`, `Op::UnpinN` and `Op::ProveUnpinN`; the

@@ -318,10 +318,10 @@ pub(crate) fn put_pages(range: GpuRange, key: PinKey, t: Timing) -> Result {
 /// number of times (`BARRIER_TRIES` in `logic::registration`), then keeps its reference for good.
 ///
 /// Drivers without the persistent API read the table before the lookup (the GPU UUID and the pin's
-/// flags: 515.43.04 nv-p2p.c:564-598, 530.30.02's `mem_info->bPersistent`), so this exists only in
-/// builds for the persistent API (its macro first appears in 525.105.17, whose put_pages, like
-/// 535's, looks the key up first); peermem-rs refuses its invalidating flavour, the only user, in
-/// the others.
+/// flags: 530.30.02's `mem_info->bPersistent`) [NV-PUT-PAGES-NO-READ], so this exists only in
+/// builds for the persistent API (its macro is in exactly the releases whose put_pages looks the
+/// key up first [NV-PERSISTENT-API]); peermem-rs refuses its invalidating flavour, the only user,
+/// in the others.
 #[cfg(peermem_persistent_api)]
 pub(crate) fn wait_for_teardowns(t: Timing) -> Result {
     let _call = t.span(Step::NvPutPagesBarrier);

@@ -783,11 +783,10 @@ impl Registration {
     /// Asked again under `N_PINS`, right before the driver call of `op`: is it still to be made?
     /// Between the step that asked for the call and `N_PINS`, the driver's free callback may have
     /// torn N down (it marks N torn down before the driver frees N's table, which the driver does
-    /// as soon as the callback returns: `nv_p2p_mem_info_free_callback`, 550.163.01
-    /// kernel-open/nvidia/nv-p2p.c:376-382): N's table may then be freed and its address another
-    /// pin's (put_pages finds a pin by that address among the caller's, nv-p2p.c:321-328, RM's
-    /// p2p.c:872-954), so no put_pages of N; and no proof, since the callback
-    /// has N and the driver's reference. The result of a call not made is `Ok`, which
+    /// as soon as the callback returns: `nv_p2p_mem_info_free_callback` [NV-TEARDOWN]): N's table
+    /// may then be freed and its address another pin's (put_pages finds a pin by that address
+    /// among the caller's [NV-PUT-PAGES-LOOKUP]), so no put_pages of N; and no proof, since the
+    /// callback has N and the driver's reference. The result of a call not made is `Ok`, which
     /// [`Registration::done`] ignores once N is torn down.
     pub fn still_to_make(&self, op: Op) -> bool {
         match op {

@@ -72,7 +72,7 @@ pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
 ///
 /// Drivers up to 580 go on after a page fails: they unmap the pages before it and return the last
 /// page's status, so a failure before the last page comes back as a mapping made
-/// (`rm_p2p_dma_map_pages`, src/nvidia/arch/nvalloc/unix/src/osapi.c 550:4425-4440; 590 stops).
+/// (`rm_p2p_dma_map_pages` [NV-PARTIAL-DMA-MAP]; 590 stops).
 /// The unmapped pages before it keep addresses that look good; the failed page is the sign:
 /// - a failure of `dma_map_resource` leaves `DMA_MAPPING_ERROR` in its entry (`nv_dma_map_mmio`,
 ///   550.163.01 kernel-open/nvidia/nv-dma.c);

@@ -119,7 +119,7 @@ impl World {
                 }
             },
             HostRegStep::GetPages => {
-                // mapping_lock before the id and get_pages (peer_mem.c:432).
+                // mapping_lock before the id and get_pages [OFED-MAPPING-LOCK].
                 if !self.mapping_free_for(tid) {
                     return None;
                 }
@@ -163,7 +163,8 @@ impl World {
                 self.call_client(tid, Entry::Release);
             }
             HostRegStep::Armed => {
-                // The memory key exists; the notifier is armed and the lock dropped (peer_mem.c:316).
+                // The memory key exists; the notifier is armed and the lock dropped
+                // [OFED-MAPPING-LOCK].
                 self.nic_live = true;
                 if self.invalidating() {
                     self.mapping_lock = None;

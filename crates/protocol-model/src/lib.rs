@@ -19,26 +19,25 @@
 //!   WARN); `dma_map_pages` reads the page table before the API lock and links its mapping into the
 //!   pin's allocation (under a semaphore inside it) after dropping it; `dma_unmap_pages` takes only
 //!   that semaphore; `put_pages` finds a pin only in the P2P objects whose pid list holds the
-//!   calling process and answers 0 when it finds nothing (`NV_ERR_OBJECT_NOT_FOUND` -> 0,
-//!   `nv-p2p.c:329-335`), and `get_pages`, the callback's registration in its second API-lock
+//!   calling process and answers 0 when it finds nothing (`NV_ERR_OBJECT_NOT_FOUND` -> 0)
+//!   [NV-PUT-PAGES-LOOKUP], and `get_pages`, the callback's registration in its second API-lock
 //!   section and `get_pages_persistent` look the memory up the same way (`RmP2PGetInfoWithoutToken`
 //!   with token 0) and fail (EINVAL) when they find nothing; `put_pages_persistent` works from any
-//!   task; the free path (cudaFree, process
-//!   exit) holds the API lock, calls the pin's free callback, and frees the page table, its DMA
-//!   mappings and the semaphore as soon as the callback returns. Persistent pins are never called
-//!   back and never torn down. A page table has an address, which is a non-persistent pin's key:
-//!   `put_pages` (token 0) looks the pin up by that address alone among the calling process's
-//!   pins, of any of its allocations (550.163.01 `kernel-open/nvidia/nv-p2p.c:321-328`;
-//!   `src/nvidia/src/kernel/gpu/bus/p2p.c:1455-1493` and `RmP2PGetInfoWithoutToken`,
-//!   `p2p.c:873-954`; `CliGetThirdPartyP2PPlatformData`, `third_party_p2p.c:279-298`) and, when the
-//!   process created RM's internal P2P object, where persistent pins live (`p2p.c:1218-1293`;
-//!   created in `memmgrStateInitLocked`, `gpu/mem_mgr/mem_mgr.c:552, 1000-1050`, with the
-//!   creating task's pid in its pid list, `third_party_p2p.c:75, 153-164`; the lookup goes through
-//!   every object whose list holds the caller, `third_party_p2p.c:300-342`), among the persistent
-//!   pins too (`Config::creator`); the driver's allocator hands each table, persistent or not, the
-//!   lowest free address, so a freed table's address goes to the next table allocated (the table
-//!   lives in `nv_p2p_mem_info`, kmalloc'ed at `nv-p2p.c:422` for both kinds: slab reuses addresses
-//!   per size class, whatever the allocation).
+//!   task; the free path (cudaFree, process exit) holds the API lock, calls the pin's free
+//!   callback, and frees the page table, its DMA mappings and the semaphore as soon as the callback
+//!   returns. Persistent pins are never called back and never torn down. A page table has an
+//!   address, which is a non-persistent pin's key: `put_pages` (token 0) looks the pin up by that
+//!   address alone among the calling process's pins, of any of its allocations (`RmP2PPutPages` and
+//!   `RmP2PGetInfoWithoutToken` [NV-PUT-PAGES-LOOKUP]; `CliGetThirdPartyP2PPlatformData`,
+//!   550.163.01 `third_party_p2p.c:279-298`) and, when the process created RM's internal P2P
+//!   object, where persistent pins live (`p2p.c:1218-1293`; created in `memmgrStateInitLocked`,
+//!   `gpu/mem_mgr/mem_mgr.c:552`, with the creating task's pid in its pid list
+//!   [NV-INTERNAL-OBJECT]; the lookup goes through every object whose list holds the caller,
+//!   `CliNextThirdPartyP2PInfoWithPid`, `third_party_p2p.c:300-342`), among the persistent pins too
+//!   (`Config::creator`); the driver's allocator hands each table, persistent or not, the lowest
+//!   free address, so a freed table's address goes to the next table allocated (the table lives in
+//!   `nv_p2p_mem_info`, kmalloc'ed at `nv-p2p.c:422` for both kinds: slab reuses addresses per size
+//!   class, whatever the allocation).
 //! - **the MLNX_OFED host** as `drivers/infiniband/core/peer_mem.c` and mlx5 do it: the per-umem
 //!   mapping lock taken before get_pages and, for an invalidating client, held through dma_map until
 //!   the memory key exists and the notifier is armed; invalidation (looked up by id) takes it,
@@ -50,20 +49,18 @@
 //!   doing the last close, or from a device-removal kworker; our work item; `rmmod`; and, in the
 //!   reuse configurations, a second registration of the owner making its persistent pin P and its
 //!   N on a second allocation at any moment. (Not on the first: in the model the teardown is
-//!   cudaFree (`vidmemDestruct`, `third_party_p2p.c:556-609`), after which no pin of it can be
-//!   made. RM also removes an allocation's pins without freeing it, on the unregister-vidmem
-//!   control and when the P2P object is destroyed (`third_party_p2p_ctrl.c:152-167`,
-//!   `third_party_p2p.c:210-217`), and the memory can then be pinned again; that changes nothing
-//!   here, as put_pages's lookup ignores which allocation a pin is of.) In the MPS configurations
-//!   (`Config::mps`) the owner is an MPS client: the server owns the memory and the P2P object,
-//!   whose pid list holds the owner's pid (`REGISTER_PID`, `third_party_p2p_ctrl.c:172-194`); the
-//!   free is the server's; and at any moment, once, the owner leaves the object (its RM client
-//!   freed: /dev/nvidiactl closed, an exit that closes it before the uverbs file, or however
-//!   CUDA frees it;
-//!   `CliUnregisterFromThirdPartyP2P`/`CliDelThirdPartyP2PClientPid`,
-//!   `third_party_p2p.c:1025-1085`, under the API lock) without its pins going: from then on its
-//!   put_pages finds nothing and answers 0, N staying armed with our data, and its get_pages and
-//!   get_pages_persistent fail; the server's free still calls N back.
+//!   cudaFree (`vidmemDestruct`) [NV-TEARDOWN], after which no pin of it can be made. RM also
+//!   removes an allocation's pins without freeing it, on the unregister-vidmem control and when the
+//!   P2P object is destroyed (`third_party_p2p_ctrl.c:152-167`, `third_party_p2p.c:210-217`), and
+//!   the memory can then be pinned again; that changes nothing here, as put_pages's lookup ignores
+//!   which allocation a pin is of.) In the MPS configurations (`Config::mps`) the owner is an MPS
+//!   client: the server owns the memory and the P2P object, whose pid list holds the owner's pid
+//!   (`REGISTER_PID`) [NV-PID-LIST]; the free is the server's; and at any moment, once, the owner
+//!   leaves the object (its RM client freed: /dev/nvidiactl closed, an exit that closes it before
+//!   the uverbs file, or however CUDA frees it; `CliUnregisterFromThirdPartyP2P`,
+//!   `CliDelThirdPartyP2PClientPid` [NV-PID-LIST], under the API lock) without its pins going: from
+//!   then on its put_pages finds nothing and answers 0, N staying armed with our data, and its
+//!   get_pages and get_pages_persistent fail; the server's free still calls N back.
 //! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
 //!   `src/client.rs` does (every decision is the state machine's), with `N_PINS` around its pins
 //!   and unpins of N and the "still Unpinning?" check under it, around acquire's persistent
@@ -261,21 +258,21 @@ pub struct Config {
     pub reuse: bool,
     /// The owner process created RM's internal P2P object, where persistent pins live (RM makes it
     /// in `memmgrStateInitLocked`, for the GPU's first opener, and `thirdpartyp2pConstruct` puts
-    /// the creating task's pid in its pid list: 550.163.01 `third_party_p2p.c:75, 153-164`), so
-    /// its put_pages (token 0), which searches every P2P object whose pid list holds the caller
-    /// (`CliNextThirdPartyP2PInfoWithPid`, `third_party_p2p.c:300-342`), finds persistent pins by
-    /// their table's address too. Only with the reuse and a driver that unpins (`Config::all`).
+    /// the creating task's pid in its pid list [NV-INTERNAL-OBJECT]), so its put_pages (token 0),
+    /// which searches every P2P object whose pid list holds the caller
+    /// (`CliNextThirdPartyP2PInfoWithPid`, 550.163.01 `third_party_p2p.c:300-342`), finds
+    /// persistent pins by their table's address too. Only with the reuse and a driver that unpins
+    /// (`Config::all`).
     pub creator: bool,
     /// The owner is an MPS client: the server owns the memory and the P2P object, whose pid list
-    /// holds the owner's pid (`REGISTER_PID`, 550.163.01 `third_party_p2p_ctrl.c:172-194`), and at
-    /// any moment, once, the owner leaves it (its RM client freed: /dev/nvidiactl
-    /// closed, an exit that closes it before the uverbs file; `CliUnregisterFromThirdPartyP2P`,
-    /// `CliDelThirdPartyP2PClientPid`, `third_party_p2p.c:1025-1085`, under the RM API lock)
-    /// without its pins going. From then on every lookup of the owner's fails: its put_pages
-    /// finds nothing and answers 0 (N stays armed, with our data), its get_pages and
-    /// get_pages_persistent fail (EINVAL). The free is the server's, and still calls N back.
-    /// Only for the invalidating flavour, deregistered by the owner, with a driver that unpins
-    /// and without the reuse (`Config::all`).
+    /// holds the owner's pid (`REGISTER_PID`) [NV-PID-LIST], and at any moment, once, the owner
+    /// leaves it (its RM client freed: /dev/nvidiactl closed, an exit that closes it before the
+    /// uverbs file; `CliUnregisterFromThirdPartyP2P`, `CliDelThirdPartyP2PClientPid` [NV-PID-LIST],
+    /// under the RM API lock) without its pins going. From then on every lookup of the owner's
+    /// fails: its put_pages finds nothing and answers 0 (N stays armed, with our data), its
+    /// get_pages and get_pages_persistent fail (EINVAL). The free is the server's, and still calls
+    /// N back. Only for the invalidating flavour, deregistered by the owner, with a driver that
+    /// unpins and without the reuse (`Config::all`).
     pub mps: bool,
     /// The design client only (`Client::Lingers`), for the invalidating flavour deregistered by
     /// the owner, with a driver that unpins and without the reuse: after its deregistration the

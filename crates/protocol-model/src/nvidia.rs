@@ -378,10 +378,9 @@ impl World {
         Some(())
     }
 
-    /// MPS: the owner's RM client is freed (/dev/nvidiactl closed, an exit that
-    /// closes it first) and RM takes its pid out of the server's P2P object, under the API lock,
-    /// leaving its pins armed (`CliUnregisterFromThirdPartyP2P`, `CliDelThirdPartyP2PClientPid`,
-    /// 550.163.01 `third_party_p2p.c:1025-1085`).
+    /// MPS: the owner's RM client is freed (/dev/nvidiactl closed, an exit that closes it first)
+    /// and RM takes its pid out of the server's P2P object, under the API lock, leaving its pins
+    /// armed (`CliUnregisterFromThirdPartyP2P`, `CliDelThirdPartyP2PClientPid`) [NV-PID-LIST].
     pub(crate) fn leave(&mut self, tid: Tid) -> Option<()> {
         self.api_free_for(tid)?;
         self.owner_left = true;
