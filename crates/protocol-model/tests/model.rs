@@ -34,6 +34,15 @@ fn at(t: &Trace, from: usize, what: &str) -> usize {
         })
 }
 
+/// A property that fails: the configuration, the property, how the run ends, and its steps.
+fn fails(cfg: &Config, property: &str, t: &Trace) -> ! {
+    panic!(
+        "{cfg}: {property} fails ({}):\n{}",
+        t.end,
+        t.steps.join("\n")
+    )
+}
+
 /// Checks every configuration, as many at once as there are CPUs (each check is one thread and
 /// the same as alone): the results in the order given.
 fn check_all(configs: &[Config]) -> Vec<(Config, Report)> {
@@ -87,11 +96,7 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
                     // The one window left, checked by the test below.
                     continue;
                 }
-                panic!(
-                    "{cfg}: {property} fails ({}):\n{}",
-                    t.end,
-                    t.steps.join("\n")
-                );
+                fails(cfg, property, t);
             }
         }
         // Not vacuous: the registration really completes in some interleaving; and with MPS, the
@@ -508,11 +513,7 @@ fn the_lingering_design_closes_the_mps_window() {
         states += r.unique_states;
         for (property, trace) in &r.properties {
             if let Some(t) = trace {
-                panic!(
-                    "{cfg}: {property} fails ({}):\n{}",
-                    t.end,
-                    t.steps.join("\n")
-                );
+                fails(&cfg, property, t);
             }
         }
         assert!(
