@@ -143,7 +143,8 @@ def classify(console, output, window):
     return f"failed (exit {rc})", [l for l in seg.splitlines() if "Expected" in l or "FAIL" in l][:10]
 
 
-def sweep(client, pas, pds, payload, variant, accel, kdir, timeout, only=None, old_host=False):
+def sweep(client, pas, pds, payload, variant, accel, kdir, timeout, only=None, old_host=False,
+          open_windows=False):
     """{window: (verdict, evidence)} for one client configuration."""
     ko = "peermem_rs.ko" if client == "peermem_rs" else "nvidia-peermem.ko"
     left = [w for w in windows() if not only or w in only]
@@ -152,7 +153,8 @@ def sweep(client, pas, pds, payload, variant, accel, kdir, timeout, only=None, o
     while left:
         boot_n += 1
         plan = PLAN.format(ko=ko, pas=pas, pds=pds, client=client, windows=" ".join(left),
-                           extra_env="RACE_OLD_HOST=1 " if old_host else "")
+                           extra_env=("RACE_OLD_HOST=1 " if old_host else "")
+                           + ("RACE_OPEN_WINDOW=1 " if open_windows else ""))
         out = OUT / f"{client}-{pas}{pds}-boot{boot_n}"
         vm.log(f"windows: {client} persistent_api_support={pas} peerdirect_support={pds}: "
                f"boot {boot_n}, {len(left)} windows")
@@ -196,6 +198,8 @@ def main():
     ap.add_argument("--windows", help="comma-separated windows (default: all)")
     ap.add_argument("--old-host", action="store_true",
                     help="also run the windows of the host of MLNX_OFED before 25.04 (RACE_OLD_HOST=1), which hang by design")
+    ap.add_argument("--open-windows", action="store_true",
+                    help="also run the windows peermem-rs leaves open (RACE_OPEN_WINDOW=1; docs/known-limits.md), which crash the kernel by design until they are closed")
     ap.add_argument("--configs", help="comma-separated persistent_api_support:peerdirect_support (default: all)")
     ap.add_argument("--out", help="results directory (default: .build/race-windows)")
     a = ap.parse_args()
@@ -212,6 +216,8 @@ def main():
         OUT = Path(a.out).resolve()
     if a.old_host and a.write_doc:
         ap.error("--old-host hangs windows by design: its results do not go into docs/race-windows.md")
+    if a.open_windows and a.write_doc:
+        ap.error("--open-windows crashes peermem-rs by design: its results do not go into docs/race-windows.md")
     only = set(a.windows.split(",")) if a.windows else None
     configs = [tuple(c.split(":")) for c in a.configs.split(",")] if a.configs else CONFIGS
     kdir = vm.kernel_dir()
@@ -221,7 +227,7 @@ def main():
     for client in a.clients.split(","):
         for pas, pds in configs:
             results[(client, pas, pds)] = sweep(client, pas, pds, payload, a.variant, accel, kdir,
-                                                a.timeout, only, a.old_host)
+                                                a.timeout, only, a.old_host, a.open_windows)
     lines = [f"Measured by `tests/selftests/races/windows.py` in the `{a.variant}` VM variant ({accel}), "
              f"on `{source}` (the commit the payload was built from, and whether the tree had changes "
              "not committed).", ""]
