@@ -785,9 +785,9 @@ impl Registration {
     /// torn N down (it marks N torn down before the driver frees N's table, which the driver does
     /// as soon as the callback returns: `nv_p2p_mem_info_free_callback` [NV-TEARDOWN]): N's table
     /// may then be freed and its address another pin's (put_pages finds a pin by that address
-    /// among the caller's [NV-PUT-PAGES-LOOKUP]), so no put_pages of N; and no proof, since the
-    /// callback has N and the driver's reference. The result of a call not made is `Ok`, which
-    /// [`Registration::done`] ignores once N is torn down.
+    /// among the caller's [NV-MULTI-PIN, NV-PUT-PAGES-LOOKUP]), so no put_pages of N; and no
+    /// proof, since the callback has N and the driver's reference. The result of a call not made
+    /// is `Ok`, which [`Registration::done`] ignores once N is torn down.
     pub fn still_to_make(&self, op: Op) -> bool {
         match op {
             Op::UnpinN => self.n == NPin::Unpinning,

@@ -11,8 +11,9 @@ use core::fmt;
 /// A snapshot of the module's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Registrations alive now, each with a module reference: from acquire until the host
-    /// released it or, for one whose pin N was left to the driver, until the driver called N back.
+    /// Registrations alive now, each with a module reference: from acquire (before its pin) until
+    /// the last reference goes, at the host's release or, for one whose pin N was left to the
+    /// driver, when the work item lets go after the driver's callback.
     pub live_registrations: u64,
     /// Bytes of GPU memory pinned right now.
     pub pinned_bytes: u64,

@@ -115,7 +115,7 @@ fn metric_word(key: &str) -> String {
 /// event counts as counters, the refusals as one counter with the cause as a label. A key a newer
 /// peermem-rs adds is kept, untyped, as `peermem_rs_stat_<key>`.
 const STATS: [(&str, &str, &str, &str); 13] = [
-    ("live_registrations", "peermem_rs_live_registrations", "gauge", "Memory registrations alive now (each holds a module reference): from acquire to release, or to the driver's callback for a pin left to the driver."),
+    ("live_registrations", "peermem_rs_live_registrations", "gauge", "Memory registrations alive now (each holds a module reference): from acquire to release, or, for a pin left to the driver, until the driver calls it back."),
     ("pinned_bytes", "peermem_rs_pinned_bytes", "gauge", "Bytes of GPU memory pinned for the NIC now."),
     ("acquired", "peermem_rs_acquired_total", "counter", "acquire calls that claimed a range as GPU memory."),
     ("registrations", "peermem_rs_registrations_total", "counter", "Memory registrations that completed their DMA mapping."),

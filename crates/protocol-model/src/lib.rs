@@ -49,9 +49,10 @@
 //!   doing the last close, or from a device-removal kworker; our work item; `rmmod`; and, in the
 //!   reuse configurations, a second registration of the owner making its persistent pin P and its
 //!   N on a second allocation at any moment. (Not on the first: in the model the teardown is
-//!   cudaFree (`vidmemDestruct`) [NV-TEARDOWN], after which no pin of it can be made. RM also
-//!   removes an allocation's pins without freeing it, on the unregister-vidmem control and when the
-//!   P2P object is destroyed (`third_party_p2p_ctrl.c:152-167`, `third_party_p2p.c:210-217`), and
+//!   cudaFree (`vidmemDestruct`) [NV-TEARDOWN, NV-CALLBACK-BEFORE-RANGE-REUSE], after which no
+//!   pin of it can be made. RM also removes an allocation's pins without freeing it, on the
+//!   unregister-vidmem control and when the P2P object is destroyed (`third_party_p2p_ctrl.c:
+//!   152-167`, `third_party_p2p.c:210-217`), and
 //!   the memory can then be pinned again; that changes nothing here, as put_pages's lookup ignores
 //!   which allocation a pin is of.) In the MPS configurations (`Config::mps`) the owner is an MPS
 //!   client: the server owns the memory and the P2P object, whose pid list holds the owner's pid
@@ -874,6 +875,9 @@ impl World {
         }
         if self.probe.tracked && !self.cfg.unpin_fails {
             return Some("the proof's persistent pin");
+        }
+        if self.p_again.tracked {
+            return Some("the persistent pin of the range registered again");
         }
         if self.p.mapped || self.n.mapped {
             return Some("a DMA mapping");
