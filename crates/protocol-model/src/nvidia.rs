@@ -4,7 +4,7 @@
 //! page tables, and (MPS) an owner leaving the server's P2P object, as the crate documentation
 //! describes.
 
-use crate::{Addr, Bug, DOp, Entry, Frame, Pin, Tid, World, EINVAL, EIO, OWNER};
+use crate::{Addr, Bug, DOp, Entry, Errno, Frame, Pin, Tid, World, EINVAL, EIO, OWNER};
 
 /// The NVIDIA driver's free path (cudaFree, exit), step by step.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -125,6 +125,18 @@ impl World {
             .unwrap_or(fresh)
     }
 
+    /// `RmP2PGetPagesPersistent` on the first allocation: found only where the caller reaches it
+    /// (`reaches`: through its P2P objects, `RmP2PGetInfoWithoutToken`) and while it is allocated,
+    /// the pin's table at the lowest free address (`fresh` when no freed one is free; see
+    /// `free_slot`); else EINVAL.
+    fn persistent_pin(&self, reaches: bool, fresh: Addr) -> Result<Pin, Errno> {
+        if self.allocated && reaches {
+            Ok(Pin::made(self.free_slot(fresh)))
+        } else {
+            Err(EINVAL)
+        }
+    }
+
     pub(crate) fn table(&mut self, p: bool) -> &mut Pin {
         if p {
             &mut self.p
@@ -140,24 +152,16 @@ impl World {
         match (op, pc) {
             (DOp::PinP, _) => {
                 self.api_free_for(tid)?;
-                let r = if self.allocated && owner {
-                    self.p = Pin::made(self.free_slot(Addr::P));
-                    Ok(())
-                } else {
-                    Err(EINVAL)
-                };
+                let r = self.persistent_pin(owner, Addr::P).map(|pin| self.p = pin);
                 self.ret(tid, r);
             }
             (DOp::PinPAgain, _) => {
                 // The range registered again: looked up as acquire's pin is, on the first
                 // allocation (or on the memory allocated again there, `Config::realloc`).
                 self.api_free_for(tid)?;
-                let r = if self.allocated && owner {
-                    self.p_again = Pin::made(self.free_slot(Addr::Other));
-                    Ok(())
-                } else {
-                    Err(EINVAL)
-                };
+                let r = self
+                    .persistent_pin(owner, Addr::Other)
+                    .map(|pin| self.p_again = pin);
                 self.ret(tid, r);
             }
             (DOp::UnpinPAgain, _) => {
@@ -341,12 +345,9 @@ impl World {
                 // (`RmP2PGetInfoWithoutToken`, as put_pages does), then pinned in RM's internal
                 // object; the table from the same allocator, at the lowest free address.
                 self.api_free_for(tid)?;
-                let r = if self.allocated && owner {
-                    self.probe = Pin::made(self.free_slot(Addr::Other));
-                    Ok(())
-                } else {
-                    Err(EINVAL)
-                };
+                let r = self
+                    .persistent_pin(owner, Addr::Other)
+                    .map(|pin| self.probe = pin);
                 self.ret(tid, r);
             }
             (DOp::ProbeUnpin, _) => {
