@@ -185,11 +185,13 @@ impl World {
     /// mlx5 deregistration: revoke, stop the notifier, ib_peer_umem_release.
     pub(crate) fn host_dereg(&mut self, tid: Tid, pc: HostDeregStep, cur: HostMr) -> Option<()> {
         let next = |w: &mut World, pc, cur| w.set_pc(tid, Frame::HostDereg { pc, cur });
+        if pc == HostDeregStep::Revoke {
+            // A deregistration that follows a registration on this task (`Config::adopt`) starts
+            // afresh: what the registration before it returned is not its.
+            self.threads[tid].ret = None;
+        }
         match pc {
             HostDeregStep::Revoke => match self.registered {
-                _ if self.threads[tid].ret.take().is_some() => {
-                    // What the registration before it returned (`Config::adopt`): not its.
-                }
                 Registered::Pending => return None,
                 Registered::Failed => self.ret(tid, Ok(())),
                 Registered::Done => {
