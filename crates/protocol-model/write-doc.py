@@ -67,9 +67,14 @@ def main():
         kept = sum(1 for line in lines if line.startswith("  accepted"))
         mps = [0, 0, 0, 0]  # configurations, states, unique, counterexamples
         in_mps = False
+        failing = set()  # the configurations with a counterexample
+        current = None
         for line in lines:
             config = CONFIG.match(line)
+            if line.startswith("  FAILS") and current is not None:
+                failing.add(current)
             if config:
+                current = line
                 in_mps = MPS in line
                 if in_mps:
                     mps[0] += 1
@@ -77,18 +82,19 @@ def main():
                     mps[2] += int(config.group(2))
             elif in_mps and line.startswith("  FAILS"):
                 mps[3] += 1
-        rows.append(f"| `{arg}` | {what} | {configs} | {states} | {unique} | {failures} | {kept} | "
+        rows.append(f"| `{arg}` | {what} | {configs} | {states} | {unique} | {failures} | {len(failing)} | {kept} | "
                     f"{mps[0]}: {mps[1]} ({mps[2]}), {mps[3]} | {seconds} |")
         print(f"{arg}: {configs} configurations, {states} states ({unique} unique), {failures} "
-              f"counterexamples, kept for good in {kept}; MPS: {mps[0]} configurations, {mps[1]} "
+              f"counterexamples in {len(failing)} configurations, kept for good in {kept}; MPS: {mps[0]} configurations, {mps[1]} "
               f"states ({mps[2]} unique), {mps[3]} counterexamples; {seconds} s", file=sys.stderr)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     block = [BEGIN, "",
              f"Measured by `crates/protocol-model/write-doc.py` on `{source}` (the commit, and whether the "
              f"tree had changes not committed), {when}, release build, one run per client:", "",
-             "| client | what | configurations | states | unique | counterexamples | kept for good | "
-             "MPS: configurations: states (unique), counterexamples | s |",
-             "|---|---|---|---|---|---|---|---|---|", *rows, "",
+             "| client | what | configurations | states | unique | counterexamples | failing configurations | "
+             "kept for good | MPS: configurations: states (unique), counterexamples | s |",
+             "|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+             "*failing configurations*: those with at least one counterexample.", "",
              "*kept for good*: the configurations where a registration is kept, with the module "
              "reference, after a proof made too late (0 since the proof comes before the unpin). "
              "The fixed client's counterexamples are all in the MPS configurations and all the one "
