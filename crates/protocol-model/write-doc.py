@@ -24,14 +24,14 @@ BEGIN = "<!-- model check: begin (written by crates/protocol-model/write-doc.py;
 END = "<!-- model check: end -->"
 # (argument, what the client is): the sections of docs/model-check.md, in their order.
 CLIENTS = [
-    ("fixed", "the client as it is"),
+    ("fixed", "the client as it is: N left to linger, adopted by a later registration of the owner (docs/design-lingering-n.md)"),
     ("maps-n", "the client as it is with rule 1 broken: N's table mapped (H1, as the client of 8adc715)"),
     ("trusts-foreign-put", "the client as it is with rule 2 broken: a foreign put_pages of N trusted (H2, as the client of 8adc715)"),
     ("drops-ref-in-callback", "the client as it is with rule 4 broken: the reference dropped in the callback (L1, as the client of 8adc715)"),
     ("no-n-pins", "the client before 8071b8f (eb5e4f5, no `N_PINS`)"),
     ("unlocked-p", "the client before 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin)"),
     ("trusts-unpin", "the client before 6c0a72f (b477f12, no proof: the owner's 0 from put_pages of N taken as the unpin)"),
-    ("lingers", "a design, not the module: the client as it is, never unpinning N (each left to the free's callback) and adopting a lingering registration (docs/design-lingering-n.md)"),
+    ("proves-unpin", "the client before N lingered (0ae4785: the owner's reach proved by a persistent pin, then N unpinned)"),
 ]
 CONFIG = re.compile(r"^\S.*: (\d+) states \((\d+) unique\)$")
 # The configurations with an MPS owner that may leave the server's P2P object (`Config::mps`).

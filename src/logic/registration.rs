@@ -34,17 +34,20 @@
 //!    allocation); N's table is never read and only ever passed back to `nvidia_p2p_put_pages`
 //!    as a lookup key.
 //! 2. `nvidia_p2p_put_pages` finds N only among the pins of the calling process (the tgid) and
-//!    answers 0 also when it found nothing. So N is unpinned only from the owner's process; from
-//!    any other task it is *abandoned*: the driver keeps its reference to the registration (and so
-//!    the module reference) until its callback comes when the owner frees the memory or exits.
-//!    Even the owner's 0 proves nothing by itself: "the calling process" is the set of P2P objects
-//!    whose pid list holds it, and that set shrinks without the pins going (an MPS client whose
-//!    RM client was freed leaves the server's object; its pins stay armed until the server frees
-//!    the memory). So before the owner's unpin a lookup by the same process, a persistent pin of
-//!    one page, shows whether the process still reaches its memory ([`Op::ProveUnpinN`]): found,
-//!    put_pages will find N (unless the process leaves the object between the two calls, which
-//!    the driver gives no way to exclude); not found, and no callback has claimed N, N is
-//!    abandoned as from a foreign task, without a put_pages that would prove nothing.
+//!    answers 0 also when it found nothing. From a task other than the owner's it finds nothing;
+//!    and even the owner's 0 proves nothing: "the calling process" is the set of P2P objects whose
+//!    pid list holds it, and that set shrinks without the pins going (an MPS client whose RM
+//!    client was freed leaves the server's object; its pins stay armed until the server frees the
+//!    memory), with no way to make a check and the unpin one lookup. So **N is never unpinned**:
+//!    every deregistration leaves it armed ([`NRelease::Linger`]), with the driver's reference to
+//!    the registration (and so the module reference), until its callback comes when the memory is
+//!    freed; the registration *lingers*. A later registration of the owner whose range holds N's
+//!    page takes a lingering registration over ([`Registration::adoptable`],
+//!    [`Registration::adopt`]) instead of pinning another N, so that a process registering and
+//!    deregistering one buffer again and again holds one N, not one per cycle. (The client
+//!    before this proved the owner's reach with a persistent pin and then unpinned N,
+//!    [`NRelease::ProveThenUnpin`]; an MPS owner leaving between the two passed. The protocol
+//!    model keeps it to show that.)
 //! 3. The callback runs with the RM API lock held: any driver call that takes it fails there
 //!    (-EIO). And the host may hold the MR's mapping lock while it calls us (registration from
 //!    before get_pages until the MR is armed; a legacy deregistration), while the callback's
@@ -64,6 +67,23 @@ use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 
 /// A process, as the NVIDIA driver tells them apart: the thread-group id (`current->tgid`).
 pub type Tgid = i32;
+
+/// What the owner's deregistration does with N (invalidating flavour).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NRelease {
+    /// Leave N armed, with the driver's reference to the registration, until the free calls it
+    /// back or a later registration of the owner adopts it ([`Registration::adopt`]), as a
+    /// foreign task's deregistration does: no put_pages of N is made, so no 0 from it is believed
+    /// (an MPS owner that left the server's P2P object gets 0 with N still armed [NV-PID-LIST,
+    /// NV-PUT-PAGES-LOOKUP]) and no stale key of N can reach another pin. What the module does
+    /// (docs/design-lingering-n.md).
+    Linger,
+    /// Prove that the owner still reaches N's object ([`Op::ProveUnpinN`]), then unpin N
+    /// ([`Op::UnpinN`]): peermem-rs from 6c0a72f until N was left to linger. Kept so that the
+    /// protocol model can show that client's counterexamples (an MPS owner leaving between the
+    /// proof and the unpin); the module never asks for it.
+    ProveThenUnpin,
+}
 
 /// The two kinds of client nvidia-peermem registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,7 +165,8 @@ pub enum Op {
     /// `nvidia_p2p_get_pages` of the range with our free callback: pins N. Before the call the glue
     /// hands the driver a reference to the registration as the callback's `data`.
     PinN,
-    /// `nvidia_p2p_put_pages` of N (only from the owner's process, after `ProveUnpinN`).
+    /// `nvidia_p2p_put_pages` of N (only from the owner's process, after `ProveUnpinN`; only
+    /// with [`NRelease::ProveThenUnpin`], which the module never uses).
     UnpinN,
     /// Before the owner's `UnpinN`: `nvidia_p2p_get_pages_persistent` of the range's first GPU
     /// page, then `nvidia_p2p_put_pages_persistent` of it, from the same task. The driver finds
@@ -156,7 +177,8 @@ pub enum Op {
     /// stops being found, under one hold of the API lock): the process may have left the object
     /// (an MPS client whose RM client was freed: put_pages would find nothing and answer 0
     /// anyway), so N is abandoned without a put_pages, kept armed for the callback of the free.
-    /// Pinned under `N_PINS`, as every persistent pin of ours.
+    /// Pinned under `N_PINS`, as every persistent pin of ours. Only with
+    /// [`NRelease::ProveThenUnpin`], which the module never uses.
     ProveUnpinN,
     /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
     AllocSg,
@@ -219,6 +241,10 @@ pub enum Event {
     /// N could not be unpinned because the caller is not the pinning process: the driver keeps it,
     /// and the registration, until the owner frees the memory or exits.
     UnpinNForeign,
+    /// The owner deregistered ([`NRelease::Linger`]): N stays armed, with the driver's reference
+    /// (and so the module reference), until the free calls it back or a later registration of
+    /// the owner adopts the registration.
+    NLingers,
     /// The owner no longer reaches its memory through the driver (errno of the proof), and no
     /// callback has claimed N: it has left the P2P object (MPS), or the driver failed. Its
     /// put_pages would prove nothing: N stays armed, and the registration until its callback.
@@ -537,6 +563,7 @@ pub struct Registration {
     /// which stays N's when a later registration adopts it ([`Registration::adopt`]).
     n_page: u64,
     owner: Tgid,
+    n_release: NRelease,
     core_context: u64,
     phase: Phase,
     p: PPin,
@@ -560,6 +587,7 @@ impl Registration {
             range,
             n_page: range.first_page().start(),
             owner,
+            n_release: NRelease::Linger,
             core_context: 0,
             phase: Phase::Acquired,
             p: PPin::Held {
@@ -574,6 +602,13 @@ impl Registration {
             work: WorkRun::Idle,
             barrier: Barrier::NotDue { failed: 0 },
         }
+    }
+
+    /// The same registration, whose owner's deregistration proves and unpins N
+    /// ([`NRelease::ProveThenUnpin`]): for the protocol model's record of that client only.
+    pub fn proving_then_unpinning(mut self) -> Self {
+        self.n_release = NRelease::ProveThenUnpin;
+        self
     }
 
     pub fn flavour(&self) -> Flavour {
@@ -725,6 +760,15 @@ impl Registration {
         true
     }
 
+    /// Is N left to the driver after the host's release, not yet called back (the registration
+    /// *lingers*)? The glue lists such a registration, for [`Registration::adoptable`], until
+    /// its callback claims N or a registration adopts it.
+    pub fn lingers(&self) -> bool {
+        self.phase == Phase::Released
+            && self.n == NPin::Abandoned
+            && self.callback == CallbackStage::Idle
+    }
+
     /// May a registration of `range` by process `tgid`, whose persistent pin acquire has just
     /// made, take this one over instead of pinning an N of its own? Only a registration the host
     /// has released whose N was left to the driver and not yet called back (it *lingers*), with
@@ -735,10 +779,8 @@ impl Registration {
     /// caller asks under the registration lock, which the callback takes to claim N.
     pub fn adoptable(&self, range: GpuRange, tgid: Tgid) -> bool {
         self.flavour == Flavour::Invalidating
-            && self.phase == Phase::Released
-            && self.n == NPin::Abandoned
+            && self.lingers()
             && self.owner == tgid
-            && self.callback == CallbackStage::Idle
             && self.host.is_none()
             && self.work == WorkRun::Idle
             && matches!(self.barrier, Barrier::NotDue { .. })
@@ -972,6 +1014,12 @@ impl Registration {
                 // the pin stays armed, with our reference as its data, until the owner frees it.
                 self.n = NPin::Abandoned;
                 return Step::Note(Event::UnpinNForeign);
+            }
+            if self.n_release == NRelease::Linger {
+                // Left to the driver as from a foreign task: no put_pages of N, whose 0 would
+                // prove nothing (the module documentation, rule 2).
+                self.n = NPin::Abandoned;
+                return Step::Note(Event::NLingers);
             }
             if api {
                 // First the proof that the owner still reaches N's object, then the unpin.
@@ -1280,7 +1328,16 @@ mod tests {
     }
 
     fn mapped(flavour: Flavour) -> Registration {
-        let mut r = Registration::acquired(flavour, range(), OWNER);
+        mapped_as(Registration::acquired(flavour, range(), OWNER))
+    }
+
+    /// An invalidating registration, mapped, whose owner's deregistration proves and unpins N
+    /// ([`NRelease::ProveThenUnpin`], the client before N lingered; the model's record of it).
+    fn mapped_proving() -> Registration {
+        mapped_as(Registration::acquired(Flavour::Invalidating, range(), OWNER).proving_then_unpinning())
+    }
+
+    fn mapped_as(mut r: Registration) -> Registration {
         host(&mut r, get_pages(), OWNER);
         let steps = host(&mut r, HostCall::DmaMap, OWNER);
         assert_eq!(calls(&steps), [Op::AllocSg, Op::MapP, Op::FillSg]);
@@ -1310,13 +1367,39 @@ mod tests {
     }
 
     #[test]
-    fn invalidating_registration_by_its_owner() {
+    fn the_owner_s_deregistration_leaves_n_to_linger_until_the_free_calls_it_back() {
         let mut r = mapped(Flavour::Invalidating);
         assert!(r.driver_holds_ref());
         assert_eq!(
             calls(&host(&mut r, HostCall::DmaUnmap, OWNER)),
             [Op::UnmapP]
         );
+        let steps = host(&mut r, HostCall::PutPages, OWNER);
+        // P goes; N is neither proven nor unpinned: no put_pages whose 0 would prove nothing.
+        assert_eq!(calls(&steps), [Op::UnpinP]);
+        assert!(steps.contains(&Step::Note(Event::NLingers)));
+        assert!(!steps.contains(&Step::DropDriverRef));
+        assert!(!r.lingers(), "not before the host's release");
+        host(&mut r, HostCall::Release, OWNER);
+        assert!(r.lingers());
+        assert!(r.driver_holds_ref());
+        assert!(!r.quiescent());
+        // The free calls N back: late, the host left alone; the work item lets go.
+        assert!(r.begin_callback());
+        assert!(!r.lingers());
+        let (steps, _) = run(&mut r, Actor::Callback, ok);
+        assert_eq!(
+            steps,
+            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
+        );
+        assert_eq!(work(&mut r), [Op::DriverBarrier]);
+        assert!(r.quiescent());
+    }
+
+    #[test]
+    fn the_client_before_proved_and_unpinned_n_at_the_owner_s_deregistration() {
+        let mut r = mapped_proving();
+        host(&mut r, HostCall::DmaUnmap, OWNER);
         let steps = host(&mut r, HostCall::PutPages, OWNER);
         assert_eq!(calls(&steps), [Op::ProveUnpinN, Op::UnpinN, Op::UnpinP]);
         assert!(steps.contains(&Step::DropDriverRef));
@@ -1589,7 +1672,7 @@ mod tests {
 
     #[test]
     fn a_refused_unpin_of_n_keeps_the_registration_for_the_callback() {
-        let mut r = mapped(Flavour::Invalidating);
+        let mut r = mapped_proving();
         host(&mut r, HostCall::DmaUnmap, OWNER);
         r.begin(HostCall::PutPages, OWNER).unwrap();
         let (steps, _) = run(&mut r, Actor::Host, failing(Op::UnpinN, Errno::EIO));
@@ -1606,7 +1689,7 @@ mod tests {
     fn an_unpin_the_owner_cannot_prove_keeps_the_registration_for_the_callback() {
         // An MPS client whose RM client was freed: its put_pages finds nothing and answers 0, and
         // its lookup of the memory fails too. N stays armed.
-        let mut r = mapped(Flavour::Invalidating);
+        let mut r = mapped_proving();
         host(&mut r, HostCall::DmaUnmap, OWNER);
         r.begin(HostCall::PutPages, OWNER).unwrap();
         let (steps, result) = run(&mut r, Actor::Host, failing(Op::ProveUnpinN, Errno::EINVAL));
@@ -1635,7 +1718,7 @@ mod tests {
         // put_pages found nothing (the owner left), and the memory is freed while the proof runs:
         // the callback claims N and the reference; whatever the proof answers changes nothing.
         for proof in [Ok(()), Err(Errno::EINVAL)] {
-            let mut r = mapped(Flavour::Invalidating);
+            let mut r = mapped_proving();
             host(&mut r, HostCall::DmaUnmap, OWNER);
             r.begin(HostCall::PutPages, OWNER).unwrap();
             let (steps, _) = run(&mut r, Actor::Host, |r, op| {
@@ -1662,6 +1745,10 @@ mod tests {
         let mut r = mapped(Flavour::Invalidating);
         let steps = host(&mut r, HostCall::Release, OWNER);
         assert_eq!(steps[0], Step::Note(Event::ReleasedWithoutPutPages));
+        assert_eq!(calls(&steps), [Op::UnmapP, Op::UnpinP]);
+        assert!(r.lingers());
+        let mut r = mapped_proving();
+        let steps = host(&mut r, HostCall::Release, OWNER);
         assert_eq!(
             calls(&steps),
             [Op::UnmapP, Op::ProveUnpinN, Op::UnpinN, Op::UnpinP]
@@ -1697,7 +1784,7 @@ mod tests {
     #[test]
     fn a_callback_before_n_pins_cancels_the_proof_and_the_unpin_it_overtook() {
         for overtaken in [Op::ProveUnpinN, Op::UnpinN] {
-            let mut r = mapped(Flavour::Invalidating);
+            let mut r = mapped_proving();
             host(&mut r, HostCall::DmaUnmap, OWNER);
             r.begin(HostCall::PutPages, OWNER).unwrap();
             assert_eq!(r.next(Actor::Host), Step::Call(Op::ProveUnpinN));

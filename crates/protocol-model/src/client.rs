@@ -29,11 +29,11 @@ pub enum Ours {
     /// The glue's `Op::ProveUnpinN` ("still Proving?", then a persistent pin of the first page and
     /// its unpin; `N_PINS` around it all for the fixed client).
     ProveUnpinN(ProofStep),
-    /// The design's acquire of a range registered again (`Config::adopt`).
+    /// Acquire of a range registered again, adopting (`Config::adopt`).
     Adopt(AdoptStep),
 }
 
-/// The design's acquire of a range registered again: its persistent pin made (under `N_PINS`, as
+/// Acquire of a range registered again (src/client.rs): its persistent pin made (under `N_PINS`, as
 /// every persistent pin of ours), then, under the registration lock, the lingering registration
 /// taken over, or the pin unpinned and the registration refused.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -99,7 +99,7 @@ impl World {
                 self.ret(tid, Err(EINVAL));
             }
             CallStep::Enter if self.cfg.adopt && self.ctx_created => {
-                // The range registered again: the design's acquire (`adopting_acquire`).
+                // The range registered again: the acquire (src/client.rs) (`adopting_acquire`).
                 self.enter_n_pins(tid, self.models_n_pins_around_p())?;
                 self.set_pc(tid, Frame::Ours(Ours::Adopt(AdoptStep::Pinned)));
                 self.call_driver(tid, DOp::PinPAgain);
@@ -116,11 +116,16 @@ impl World {
                 }
                 Ok(()) => {
                     self.leave_n_pins(tid);
-                    self.state = Some(reg::Registration::acquired(
+                    let state = reg::Registration::acquired(
                         self.cfg.flavour,
                         range(),
                         self.threads[tid].tgid,
-                    ));
+                    );
+                    self.state = Some(if self.cfg.client.proves_unpin() {
+                        state.proving_then_unpinning()
+                    } else {
+                        state
+                    });
                     self.ctx_created = true;
                     self.refs = 1;
                     self.ret(tid, Ok(()));
@@ -130,7 +135,7 @@ impl World {
         Some(())
     }
 
-    /// The design's acquire of the range registered again (`Config::adopt`), after its persistent
+    /// Acquire of the range registered again (`Config::adopt`; src/client.rs), after its persistent
     /// pin: under the registration lock (the registration is found only while it lives: the
     /// module's table of lingering registrations loses it when its last reference goes), adopt it
     /// if `Registration::adoptable` says so, the new pin becoming its P and the host's new
@@ -273,9 +278,6 @@ impl World {
                         if self.cfg.client == Client::TrustsUnpin {
                             // The glue of b477f12 had no proof: the owner's 0 was the unpin.
                             self.threads[tid].ret = Some(Ok(()));
-                        } else if self.cfg.client == Client::Lingers {
-                            // The design: nothing is proven, so N is left to the driver.
-                            self.threads[tid].ret = Some(Err(EINVAL));
                         } else {
                             self.push(tid, Frame::Ours(Ours::ProveUnpinN(ProofStep::Enter)));
                         }
@@ -329,7 +331,7 @@ impl World {
         self.cfg.client.breaks_a_rule()
             || matches!(
                 self.cfg.client,
-                Client::Fixed | Client::UnlockedP | Client::TrustsUnpin | Client::Lingers
+                Client::Fixed | Client::UnlockedP | Client::TrustsUnpin | Client::ProvesUnpin
             )
     }
 
@@ -363,11 +365,11 @@ impl World {
     }
 
     /// Does the glue ask for the next step under the hold that began an actor or reported a
-    /// call's result (`RegCtx::drive`, the client of today and the design built on it)? The older
+    /// call's result (`RegCtx::drive`, the client of today and `ProvesUnpin`)? The older
     /// clients took the lock again for each.
     pub(crate) fn one_hold(&self) -> bool {
         self.cfg.client.breaks_a_rule()
-            || matches!(self.cfg.client, Client::Fixed | Client::Lingers)
+            || matches!(self.cfg.client, Client::Fixed | Client::ProvesUnpin)
     }
 
     /// Does the client's acquire take `N_PINS` around its persistent pin (and the glue around the
@@ -376,7 +378,7 @@ impl World {
         self.cfg.client.breaks_a_rule()
             || matches!(
                 self.cfg.client,
-                Client::Fixed | Client::TrustsUnpin | Client::Lingers
+                Client::Fixed | Client::TrustsUnpin | Client::ProvesUnpin
             )
     }
 
@@ -385,7 +387,7 @@ impl World {
     /// a change there is checked here; the older clients' glue is described by the two above.
     pub(crate) fn glue_takes_n_pins(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (c, _) if c == Client::Fixed || c == Client::Lingers || c.breaks_a_rule() => {
+            (c, _) if c == Client::Fixed || c == Client::ProvesUnpin || c.breaks_a_rule() => {
                 op.takes_n_pins()
             }
             (_, Op::ProveUnpinN) => self.models_n_pins_around_p(),
@@ -401,7 +403,7 @@ impl World {
     /// call), is asked again by every client.
     pub(crate) fn glue_asks_again(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (c, _) if c == Client::Fixed || c == Client::Lingers || c.breaks_a_rule() => {
+            (c, _) if c == Client::Fixed || c == Client::ProvesUnpin || c.breaks_a_rule() => {
                 op.asked_again()
             }
             (_, Op::ProveUnpinN) => true,

@@ -64,21 +64,20 @@
 //!   get_pages and get_pages_persistent fail; the server's free still calls N back.
 //! - **peermem-rs**: the fixed client runs `peermem_logic::registration` exactly as the glue in
 //!   `src/client.rs` does (every decision is the state machine's), with `N_PINS` around its pins
-//!   and unpins of N and the "still Unpinning?" check under it, around acquire's persistent
-//!   pin, and around the proof of an unpin of N (`Op::ProveUnpinN`: "still Proving?" under it,
-//!   then a persistent pin of the range's first GPU page and its unpin); the client of b477f12
-//!   (`TrustsUnpin`, before 6c0a72f added the proof) is the same but takes the owner's 0 from
+//!   of N and around acquire's persistent pin; the owner's deregistration leaves N to the
+//!   driver, as a foreign task's does, and a later registration of the owner adopts a lingering
+//!   registration (`Config::adopt`; docs/design-lingering-n.md). The client before that
+//!   (`ProvesUnpin`, at 0ae4785) proved the owner's reach (`Op::ProveUnpinN`: "still Proving?"
+//!   under `N_PINS`, then a persistent pin of the range's first GPU page and its unpin) and then
+//!   unpinned N (`Op::UnpinN`, "still Unpinning?" under `N_PINS`); the client of b477f12
+//!   (`TrustsUnpin`, before 6c0a72f added the proof) is that one but takes the owner's 0 from
 //!   put_pages of N as the unpin (it answers the proof Ok with no driver call); the client of
-//!   d115ce6 (`UnlockedP`, the parent of 19a7cde) is the fixed one but for `N_PINS` around the
+//!   d115ce6 (`UnlockedP`, the parent of 19a7cde) is `ProvesUnpin` but for `N_PINS` around the
 //!   persistent pins (acquire's, the proof's); the client of eb5e4f5 (`NoNPins`, the parent of
 //!   8071b8f) takes `N_PINS` nowhere and has no "still Unpinning?" check (the proof, which
-//!   neither of these two had, they make as the fixed client without `N_PINS`); three variants
-//!   break one rule of the state machine each, as the client of 8adc715 broke them (`MapsN`,
-//!   rule 1; `TrustsForeignPut`, rule 2; `DropsRefInCallback`, rule 4); and a design,
-//!   not the module (`Lingers`): the fixed client answering every proof as unproven, so that it
-//!   never unpins N and leaves each to the free's callback, and whose acquire of a range
-//!   registered again adopts a lingering registration (`Config::adopt`;
-//!   docs/design-lingering-n.md).
+//!   neither of these two had, they make as `ProvesUnpin` without `N_PINS`); and three variants
+//!   of the fixed client break one rule of the state machine each, as the client of 8adc715
+//!   broke them (`MapsN`, rule 1; `TrustsForeignPut`, rule 2; `DropsRefInCallback`, rule 4).
 //!
 //! Properties: no driver structure used after the driver freed it; no registration used after its
 //! last reference went; no re-entry into the driver's API lock; no module code running after the
@@ -88,15 +87,14 @@
 //! (every pin, mapping, reference, lock and the work item back to zero); and no registration kept
 //! for good for a free callback the driver will never make (`World::kept_for_good`), but in the
 //! one race where the state machine errs towards keeping on purpose (docs/known-limits.md, "MPS";
-//! `World::kept_after_late_proof`): the owner's put_pages unpins N, then the memory is freed (or,
+//! `World::kept_after_late_proof`, only for the clients that prove and unpin N): the owner's put_pages unpins N, then the memory is freed (or,
 //! MPS, the owner leaves) before the proof's lookup, which fails, and the state machine cannot
 //! tell that from a put_pages that found nothing. That outcome is no counterexample; the report
-//! gives a run that reaches it (`Report::kept_after_late_proof`), and the fixed client reaches it
-//! in every configuration deregistered by the owner with a driver that unpins.
+//! gives a run that reaches it (`Report::kept_after_late_proof`).
 //!
 //! Bound: one GPU allocation, one registration of it, one free, one deregistration, one work item
 //! (which may run several times), one rmmod attempt, and optionally a driver that refuses unpins;
-//! for the design client (`Config::adopt`), the owner registering the range again after its
+//! for the fixed client (`Config::adopt`), the owner registering the range again after its
 //! deregistration and deregistering it, adopting the first registration if it lingers (else
 //! refused: its own N would make it the first registration's case again), and optionally the
 //! memory allocated again at the same address after the free, and freed in its turn;
@@ -201,17 +199,24 @@ pub enum Client {
     /// trip per state-machine call, as it was then, which answers `Op::ProveUnpinN` with Ok at
     /// once, without any driver call.
     TrustsUnpin,
-    /// A design, not the module (issue 22, item 1): the `Fixed` client whose glue answers every
-    /// `Op::ProveUnpinN` as unproven, at once and without a driver call, so that the owner's
-    /// deregistration leaves N armed, with the driver's reference, for the free's callback, as a
-    /// foreign task's does. No put_pages of N is ever made, so no 0 from it is ever believed. And
-    /// what keeps such lingering pins from piling up: a later registration of the same process
-    /// adopts one (`Config::adopt`: its acquire runs `Registration::adoptable` and `adopt`, the
-    /// state machine's, not yet called by the module; docs/design-lingering-n.md).
-    Lingers,
+    /// peermem-rs before N was left to linger (at 0ae4785): the state machine with
+    /// `NRelease::ProveThenUnpin` (the owner's deregistration proves its reach with a persistent
+    /// pin, `Op::ProveUnpinN`, then unpins N, `Op::UnpinN`), its glue as `Fixed`'s. An MPS owner
+    /// leaving the server's P2P object between the proof and the unpin gets 0 with N still
+    /// armed: the counterexamples that made N linger (issue 22, item 1).
+    ProvesUnpin,
 }
 
 impl Client {
+    /// Does the owner's deregistration prove and unpin N (`NRelease::ProveThenUnpin`)? The
+    /// clients before N lingered.
+    pub fn proves_unpin(self) -> bool {
+        matches!(
+            self,
+            Client::ProvesUnpin | Client::NoNPins | Client::UnlockedP | Client::TrustsUnpin
+        )
+    }
+
     /// One of the `Fixed` client's variants with a rule of the state machine broken, each checked
     /// without the reuse and without MPS (their faults need neither).
     pub fn breaks_a_rule(self) -> bool {
@@ -275,7 +280,7 @@ pub struct Config {
     /// N back. Only for the invalidating flavour, deregistered by the owner, with a driver that
     /// unpins and without the reuse (`Config::all`).
     pub mps: bool,
-    /// The design client only (`Client::Lingers`), for the invalidating flavour deregistered by
+    /// The fixed client only, for the invalidating flavour deregistered by
     /// the owner, with a driver that unpins and without the reuse: after its deregistration the
     /// owner registers the same range again, and deregisters it. Its acquire makes its persistent
     /// pin and then, under the registration lock, takes the first registration over if it
@@ -355,7 +360,7 @@ impl Config {
     /// with the reuse and a driver that unpins, the owner the creator of RM's internal P2P object
     /// or not; and for the invalidating flavour deregistered by the owner, with a driver that
     /// unpins and without the reuse, an MPS owner that may leave the P2P object (`Config::mps`),
-    /// except for those variants again; and, for the design client only, the adoption
+    /// except for those variants again; and, for the fixed client only, the adoption
     /// configurations (`Config::adopt`, `Config::realloc`).
     ///
     /// Where the MPS owner is left out: the persistent flavour has no N, and its only lookup of
@@ -401,7 +406,7 @@ impl Config {
                                         [(false, false), (true, false), (true, true)]
                                     {
                                         if adopt
-                                            && (client != Client::Lingers
+                                            && (client != Client::Fixed
                                                 || flavour == Flavour::Persistent
                                                 || dereg != Dereg::Owner
                                                 || unpin_fails
@@ -1088,7 +1093,7 @@ const KEPT_AFTER_LATE_PROOF: &str = "a registration is kept for good after the m
 const ADOPTS: &str = "a registration adopting a lingering N completes";
 /// MPS, not vacuous: a `sometimes` property.
 const UNPROVEN_ABANDONS_N: &str =
-    "an unpin of N the owner could not prove leaves N armed for the callback";
+    "a deregistration by an owner that left the P2P object leaves N armed for the callback";
 
 /// The NIC's key points at a DMA mapping that is alive.
 fn live_mapping(s: &World) -> bool {

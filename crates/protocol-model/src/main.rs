@@ -1,25 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! `protocol-model [fixed|maps-n|trusts-foreign-put|drops-ref-in-callback|no-n-pins|unlocked-p|`
-//! `trusts-unpin|lingers] [--traces]`: check the
+//! `trusts-unpin|proves-unpin] [--traces]`: check the
 //! registration protocol of peermem-rs exhaustively against the model of the real providers, one
 //! configuration at a time; print the states explored and which properties hold, and with
 //! `--traces` a counterexample of every property that fails, step by step. Exits 1 if any
 //! property fails.
 //!
-//! The clients: `fixed`, peermem-rs as it is; `maps-n`, `trusts-foreign-put` and
+//! The clients: `fixed`, peermem-rs as it is (N left to linger, adopted by a later registration
+//! of the owner: docs/design-lingering-n.md); `maps-n`, `trusts-foreign-put` and
 //! `drops-ref-in-callback`, the fixed client with rule 1, 2 or 4 of its state machine broken, as
 //! the client of commit 8adc715 broke them;
 //! `no-n-pins`, the client before 8071b8f (eb5e4f5, no `N_PINS`); `unlocked-p`, the client before
 //! 19a7cde (d115ce6, no `N_PINS` around acquire's persistent pin); `trusts-unpin`, the client
 //! before the proof of the owner's unpin (b477f12: the owner's 0 from put_pages of N taken as the
-//! unpin), which the MPS configurations catch; `lingers`, a design and not the module: the fixed
-//! client that never unpins N but leaves it to the free's callback (docs/design-lingering-n.md).
+//! unpin), which the MPS configurations catch; `proves-unpin`, the client before N lingered
+//! (0ae4785: the owner's reach proved, then N unpinned), whose one window the MPS configurations
+//! catch.
 //!
-//! Also printed, not counted as a counterexample: where a registration can be kept for good
-//! because the memory went (or the MPS owner left) between the owner's put_pages of N and its
-//! proof (the state machine errs towards keeping there on purpose: docs/known-limits.md, "MPS"),
-//! with `--traces` a run that gets there.
+//! Also printed, not counted as a counterexample: where a client that proves and unpins N can keep
+//! a registration for good because the memory went (or the MPS owner left) between the owner's
+//! put_pages of N and its proof, with `--traces` a run that gets there.
 
 use std::time::Instant;
 
@@ -37,11 +38,11 @@ fn main() {
             "no-n-pins" => client = Client::NoNPins,
             "unlocked-p" => client = Client::UnlockedP,
             "trusts-unpin" => client = Client::TrustsUnpin,
-            "lingers" => client = Client::Lingers,
+            "proves-unpin" => client = Client::ProvesUnpin,
             "--traces" => traces = true,
             other => {
                 eprintln!(
-                    "usage: protocol-model [fixed|maps-n|trusts-foreign-put|drops-ref-in-callback|no-n-pins|unlocked-p|trusts-unpin|lingers] [--traces] (not {other})"
+                    "usage: protocol-model [fixed|maps-n|trusts-foreign-put|drops-ref-in-callback|no-n-pins|unlocked-p|trusts-unpin|proves-unpin] [--traces] (not {other})"
                 );
                 std::process::exit(2);
             }

@@ -72,6 +72,18 @@ fn fixed() -> &'static [(Config, Report)] {
     FIXED.get_or_init(|| check_all(&Config::all(Client::Fixed)))
 }
 
+/// Every configuration of the client before N lingered (`Client::ProvesUnpin`), checked once.
+fn proves_unpin() -> &'static [(Config, Report)] {
+    static PROVES: OnceLock<Vec<(Config, Report)>> = OnceLock::new();
+    PROVES.get_or_init(|| check_all(&Config::all(Client::ProvesUnpin)))
+}
+
+/// peermem-rs as it is: the owner's deregistration leaves N to the driver, as a foreign task's
+/// does, and a later registration of the owner adopts a lingering registration
+/// (docs/design-lingering-n.md). Every property holds in every configuration, the MPS ones
+/// included, where the client before it kept one window (below): no put_pages of N is made, so
+/// none is believed; and a registration adopts only an N the driver still holds, also when the
+/// memory was freed and allocated again at the same address.
 #[test]
 fn the_fixed_client_satisfies_every_property_in_every_configuration() {
     let mut states = 0;
@@ -84,31 +96,43 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
         configs.iter().any(|c| c.creator && c.dereg == Dereg::Owner),
         "put_pages searching the persistent pins (the owner created RM's object) is checked"
     );
+    assert_eq!(
+        configs.iter().filter(|c| !c.adopt).count(),
+        Config::all(Client::ProvesUnpin).len(),
+        "checked in the configurations of the client before"
+    );
+    assert_eq!(
+        configs.iter().filter(|c| c.adopt).count(),
+        6,
+        "adoption: ex and legacy host, with and without MPS, and the memory allocated again"
+    );
     assert!(
-        configs.iter().filter(|c| c.mps).count() == 2,
-        "the MPS owner leaving the P2P object is checked, ex and legacy host"
+        configs.iter().filter(|c| c.mps).count() == 4,
+        "the MPS owner leaving the P2P object is checked, ex and legacy host, with adoption too"
     );
     for (cfg, r) in fixed() {
         states += r.unique_states;
         for (property, trace) in &r.properties {
             if let Some(t) = trace {
-                if cfg.mps && leave_between_proof_and_unpin(t) {
-                    // The one window left, checked by the test below.
-                    continue;
-                }
                 fails(cfg, property, t);
             }
         }
-        // Not vacuous: the registration really completes in some interleaving; and with MPS, the
-        // owner's put_pages of N finds nothing after it left, the proof fails, and N is left armed
-        // for the server's free to call back (which every property above then checks).
+        // Not vacuous: the registration really completes in some interleaving; the range
+        // registered again adopts the lingering registration and completes, in some run of every
+        // adoption configuration; and with MPS, the owner's deregistration after it left leaves
+        // N armed for the server's free to call back (which every property above then checks).
         assert!(
             r.registration_completes,
             "{cfg}: no registration ever completes"
         );
+        assert!(r.kept_after_late_proof.is_none(), "{cfg}: no proof is made");
+        assert_eq!(
+            r.adoption_completes, cfg.adopt,
+            "{cfg}: a registration adopting a lingering N completes"
+        );
         assert_eq!(
             r.unproven_unpin_abandons_n, cfg.mps,
-            "{cfg}: an unproven unpin abandons N"
+            "{cfg}: the deregistration of an owner that left leaves N armed"
         );
     }
     println!("{states} unique states explored");
@@ -117,7 +141,7 @@ fn the_fixed_client_satisfies_every_property_in_every_configuration() {
 
 /// The owner left the server's P2P object after the proof's lookup found the memory and before
 /// its put_pages of N looked N up: put_pages found nothing, N stays armed, and the registration
-/// goes. nvidia.ko gives a client no way to make the two lookups one (docs/known-limits.md, "MPS").
+/// goes. nvidia.ko gives a client no way to make the two lookups one: why N now lingers.
 fn leave_between_proof_and_unpin(t: &Trace) -> bool {
     let pos = |pat: &str| t.steps.iter().position(|s| s.contains(pat));
     let proof = pos("NVIDIA get_pages_persistent of the first page");
@@ -127,15 +151,19 @@ fn leave_between_proof_and_unpin(t: &Trace) -> bool {
 }
 
 #[test]
-fn the_one_window_left_is_the_leave_between_the_proof_and_the_unpin() {
+fn the_client_that_proved_its_unpin_left_one_window_the_owner_leaving_between_the_two() {
     // The proof is made before the unpin: a free racing the deregistration calls N back (under
     // the API lock, before its memory stops being found) or finds N unpinned after a proof that
-    // passed, so no registration is kept for good any more; and an owner gone before the proof
-    // is never unpinned. What is left: the owner leaving between the two lookups. Reached only
-    // in the MPS configurations, and every counterexample there is that one.
+    // passed, so no registration is kept for good; and an owner gone before the proof is never
+    // unpinned. What is left: the owner leaving between the two lookups. Reached only in the MPS
+    // configurations, and every counterexample there is that one.
     let mut windows = 0;
-    for (cfg, r) in fixed() {
+    for (cfg, r) in proves_unpin() {
         assert!(r.kept_after_late_proof.is_none(), "{cfg}: kept for good");
+        assert!(
+            r.registration_completes,
+            "{cfg}: no registration ever completes"
+        );
         for (property, trace) in &r.properties {
             let Some(t) = trace else { continue };
             assert!(cfg.mps, "{cfg}: {property}");
@@ -486,53 +514,3 @@ fn without_mps_the_owners_unpin_could_be_trusted() {
     }
 }
 
-/// The design of docs/design-lingering-n.md (issue 22, item 1), not the module: the fixed client
-/// whose glue answers every proof as unproven, so that it never unpins N, and whose acquire of a
-/// range registered again adopts a lingering registration (`Registration::adoptable`, `adopt`).
-/// Every property holds in every configuration, the MPS ones included, where the fixed client
-/// keeps its one window: no put_pages of N is made, so none is believed; and a registration
-/// adopts only an N the driver still holds, also when the memory was freed and allocated again
-/// at the same address.
-#[test]
-fn the_lingering_design_closes_the_mps_window() {
-    let configs = Config::all(Client::Lingers);
-    let plain: Vec<_> = configs.iter().filter(|c| !c.adopt).collect();
-    assert_eq!(
-        plain.len(),
-        Config::all(Client::Fixed).len(),
-        "the design is checked in the fixed client's configurations"
-    );
-    assert_eq!(
-        configs.iter().filter(|c| c.adopt).count(),
-        6,
-        "adoption: ex and legacy host, with and without MPS, and the memory allocated again"
-    );
-    assert!(configs.iter().filter(|c| c.mps).count() == 4);
-    let mut states = 0;
-    for (cfg, r) in check_all(&configs) {
-        states += r.unique_states;
-        for (property, trace) in &r.properties {
-            if let Some(t) = trace {
-                fails(&cfg, property, t);
-            }
-        }
-        assert!(
-            r.registration_completes,
-            "{cfg}: no registration ever completes"
-        );
-        assert!(r.kept_after_late_proof.is_none(), "{cfg}: no proof is made");
-        // Not vacuous: the range registered again adopts the lingering registration and the
-        // registration completes, in some run of every adoption configuration.
-        assert_eq!(
-            r.adoption_completes, cfg.adopt,
-            "{cfg}: a registration adopting a lingering N completes"
-        );
-        // MPS: after the owner left, its deregistration leaves N armed, with our data, for the
-        // server's free to call back (which every property above then checks).
-        assert_eq!(
-            r.unproven_unpin_abandons_n, cfg.mps,
-            "{cfg}: the owner's deregistration leaves N armed"
-        );
-    }
-    println!("{states} unique states explored");
-}
