@@ -72,7 +72,7 @@ MODULE_AUTHOR("peermem-rs developers");
 /* Load the providers first when modprobe is used: the NVIDIA driver and the peer-memory host. */
 MODULE_SOFTDEP("pre: nvidia ib_core ib_uverbs");
 
-DEFINE_MUTEX(peermem_n_pins_lock);
+DEFINE_MUTEX(peermem_lingering_lock);
 DEFINE_MUTEX(peermem_log_lock);
 
 struct workqueue_struct *peermem_alloc_workqueue(const char *name, unsigned int flags,

@@ -42,10 +42,10 @@ extern const char peermem_param_version[];
 
 /*
  * Module-wide mutexes (DEFINE_MUTEX: initialised at compile time, so usable before module init
- * runs and never torn down). Their rules are next to their Rust users: peermem_n_pins_lock in
- * src/client.rs (N_PINS), peermem_log_lock in src/stats.rs (LOG_LIMIT).
+ * runs and never torn down). Their rules are next to their Rust users: peermem_lingering_lock in
+ * src/client.rs (LINGERING), peermem_log_lock in src/stats.rs (LOG_LIMIT).
  */
-extern struct mutex peermem_n_pins_lock;
+extern struct mutex peermem_lingering_lock;
 extern struct mutex peermem_log_lock;
 
 /* alloc_workqueue(): a variadic function on 6.12, a macro (alloc_hooks) on 7.3. */

@@ -25,18 +25,20 @@
 //! dma_map and a legacy host's dma_unmap/put_pages), and nothing is taken inside it (the providers'
 //! locks: docs/provider-facts.md, [NV-API-LOCK, NV-TEARDOWN, OFED-MAPPING-LOCK, OFED-INVALIDATE]).
 //!
-//! # The notification-pin lock
+//! # Lingering registrations
 //!
-//! `N_PINS` (below, with its rules) is a module-wide mutex held around peermem-rs's own
-//! `nvidia_p2p_get_pages` and `nvidia_p2p_put_pages` of notification pins and around every
-//! persistent pin it makes, outside the driver's RM API lock and never in the free callback: an unpin
-//! racing a teardown must not name a table address another of our pins has taken meanwhile.
+//! No notification pin N is ever unpinned by us (`logic::registration`, rule 2): a deregistration
+//! leaves N armed until the free calls it back, and the registration *lingers*, listed in
+//! `LINGERING` (below, with its rules). A later acquire of the same process whose range holds
+//! N's page takes a lingering registration over instead of pinning another N (`adopt_lingering`),
+//! so that registering and deregistering one buffer again and again holds one N, not one per
+//! cycle; the free callback takes its registration off the list when it claims N.
 //!
 //! # Time accounting
 //!
 //! Every function here that an entry point runs gets that entry point's [`Timing`] (in
 //! [`HostArgs`] or as an argument) and times its steps with it (`crate::timing`): both locks (wait
-//! and hold, through [`RegCtx::lock`] and [`lock_n_pins`]), the state machine's calls, the SG
+//! and hold, through [`RegCtx::lock`] and [`lock_lingering`]), the state machine's calls, the SG
 //! entries, the statistics, the registration's allocation and its last reference, and queueing
 //! the work item; `nvidia.rs` times the driver calls. When the switch was off at the entry point,
 //! none of it reads a clock.
@@ -54,10 +56,10 @@ use crate::logic::cause::Cause;
 use crate::logic::errno::Errno;
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    Actor, Commit, Event, HostCall, Op, Refusal, Registration, Step, Violation,
+    Actor, Commit, Flavour, HostCall, Op, Refusal, Registration, Step, Tgid, Violation,
 };
 use crate::logic::tables;
-use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin, PinKey};
+use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin};
 use crate::peer_mem::{HostLink, PeerClient};
 use crate::sg::SgEntries;
 use crate::stats;
@@ -93,21 +95,21 @@ struct Inner {
     p: Option<PersistentPin>,
     /// P's DMA mapping and the device it was made for.
     mapping: Option<(PeerDevice, DmaMapping)>,
-    /// N (invalidating flavour): the key of the non-persistent pin whose callback tells us the
-    /// memory is going away.
-    n: Option<PinKey>,
-    /// The reference the driver holds as N's callback data.
+    /// The reference the driver holds as the callback data of N, the non-persistent pin whose
+    /// callback tells us the memory is going away (invalidating flavour).
     driver_ref: Option<ForeignRef<RegCtx>>,
     /// SG entries: allocated and filled by dma_map, then the host's until release.
     sg: Option<SgEntries>,
+    /// On the list of lingering registrations (`LINGERING`)? Written only under that lock.
+    listed: bool,
+    /// The next registration on that list, whose reference it is. Written only under that lock.
+    next_lingering: Option<Arc<RegCtx>>,
 }
 
 /// One registration.
 #[pin_data]
 pub(crate) struct RegCtx {
     link: &'static HostLink,
-    /// The registration's GPU range, which never changes (the state machine's copy is the same).
-    range: GpuRange,
     #[pin]
     inner: SpinLock<Inner>,
     #[pin]
@@ -157,65 +159,61 @@ fn queue() -> &'static workqueue::Queue {
     unsafe { kapi::work_queue() }
 }
 
-// SAFETY: the shim's `peermem_n_pins_lock` is used by this lock only.
-static N_PINS: StaticMutex<()> = unsafe { StaticMutex::new(SharedMutex::NPins, ()) };
+// No lock orders our pins and unpins against each other: peermem-rs unpins no pin by its page
+// table's address (N lingers; P is unpinned through its own table, which the driver never frees
+// on its own [NV-PERSISTENT]; the work item's barrier names a static's address, no pin's), so no
+// stale address of ours can reach a pin another registration made meanwhile [NV-MULTI-PIN,
+// NV-PUT-PAGES-LOOKUP, NV-INTERNAL-OBJECT]. (The client before N lingered held a module-wide
+// mutex, `N_PINS`, around its pins of N, its unpins of N and every persistent pin for that
+// reason: found by `make stress`, docs/stress.md; the protocol model's `proves-unpin`, `no-n-pins`
+// and `unlocked-p` keep that record.)
 
-/// Takes `N_PINS`, its wait and hold timed.
-fn lock_n_pins(t: Timing) -> Held<StaticMutexGuard<'static, ()>> {
+// SAFETY: the shim's `peermem_lingering_lock` is used by this lock only.
+static LINGERING: StaticMutex<Option<Arc<RegCtx>>> =
+    unsafe { StaticMutex::new(SharedMutex::Lingering, None) };
+
+/// Takes `LINGERING`, its wait and hold timed.
+fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Option<Arc<RegCtx>>>> {
     t.lock(
-        timing::Step::NPinsLockWait,
-        timing::Step::NPinsLockHold,
-        || N_PINS.lock(),
+        timing::Step::LingeringLockWait,
+        timing::Step::LingeringLockHold,
+        || LINGERING.lock(),
     )
 }
 
-// Lock rules of `N_PINS`, the lock of the notification pins' keys.
+// Lock rules of `LINGERING`, the list of lingering registrations.
 //
-// Why: `nvidia_p2p_put_pages` finds the pin to unpin by its page-table pointer among the calling
-// process's pins and frees that table when it was found (RmP2PPutPages looks up the process's
-// P2P object without a token, then deletes the mapping info by that key [NV-PUT-PAGES-LOOKUP]),
-// and a teardown frees the table right after our callback returns [NV-TEARDOWN]. An unpin racing
-// a teardown (`Op::UnpinN` made while cudaFree calls us back) passes a pointer to freed memory;
-// when another registration of the same process pinned in between and got the same address, the
-// driver unpins that other pin, silently and without its callback, and frees its table under it
-// (found by `make stress` on the benchmark kernel, where slab addresses are reused at once: a table
-// freed twice in the NVIDIA stand-in, then oopses; the stand-in now WARNs at such a put_pages,
-// `reused_put_pages`). So peermem-rs's own pins of N and unpins of N exclude each other, and an
-// unpin first checks, under this lock, that the callback has not torn N down meanwhile (the
-// callback marks it before the driver frees the table): then no pin of ours can take the address
-// of the table the unpin names until the unpin has returned.
+// What: the head of a singly linked list of the registrations the host has released whose N the
+// driver still holds, not yet called back (`Registration::lingers`); each link
+// (`Inner::next_lingering`) holds a reference, and `Inner::listed` says a registration is on it.
+// Why a list of our own: a registration that adopts needs one of the same process and GPU page
+// (`Registration::adoptable`), and the driver gives no lookup of our pins.
 //
-// Persistent pins too: the driver looks a key up in every P2P object whose pid list holds the
-// caller, and the list of RM's internal object, where persistent pins live, holds the process that
-// created it: the GPU's first opener, often the CUDA job itself when no nvidia-persistenced runs
-// (thirdpartyp2pConstruct [NV-INTERNAL-OBJECT]; the walk of a caller's objects,
-// CliNextThirdPartyP2PInfoWithPid, 550.163.01 third_party_p2p.c:300-342, used by put_pages's lookup
-// [NV-PUT-PAGES-LOOKUP]; the GPU is initialised in its first opener's context unless the open is
-// non-blocking). Its stale unpin would free a live persistent table that took the address (both
-// kinds are one `nv_p2p_mem_info` allocation). So acquire's persistent pin is made under this lock
-// as well. (A persistent pin also opens the GPU in the driver, `nvidia_dev_get_uuid` under its
-// per-device `ldata_lock`: a first open may initialise the device, and other registrations' pins
-// and unpins of N wait for it here. The driver's own order is `ldata_lock` -> RM API lock, and no
-// holder of `ldata_lock` takes this lock.)
+// Protects: the head, and every registration's `listed` and `next_lingering`, which are written
+// only with this lock held (under the registration lock as well: they live in `Inner`).
+// Who takes it: release, to list its registration if it lingers (`list_if_lingering`); acquire,
+// after its persistent pin, to look for a registration to adopt (`adopt_lingering`); the free
+// callback, around its claim of N (`Registration::begin_callback`), to take its registration off
+// (`claim`). Because the claim and the listing both decide under it, a registration whose N was
+// claimed is never listed, and one listed is taken off before its callback goes on: every listed
+// registration's N is still armed, and its driver reference still held.
 //
-// Protects: nothing but that order; no data. Taken around the driver calls of the ops the state
-// machine says take it (`Op::takes_n_pins`: `Op::PinN`, `Op::UnpinN` and `Op::ProveUnpinN`; the
-// last two made only if, under it, `Registration::still_to_make` still says so), and by acquire
-// around its persistent pin; never in the free callback, never with the registration lock held
-// (that lock is taken and dropped inside it). Order: the host's `peer_memory_mutex` (held around acquire, [OFED-CLIENT-MUTEX]) ->
-// `N_PINS` -> the driver's RM API lock (taken inside get_pages / put_pages). The three ops are
-// made only where the state machine allows taking the API lock (`Op::takes_driver_api_lock`), and
-// acquire holds no mapping lock (the host has no memory region yet), so a task waiting here holds
-// nothing a holder of the API lock waits for; a holder of the API lock (a teardown, our callback
-// under it, which takes a mapping lock) never takes this lock or `peer_memory_mutex`; and no
-// holder of this lock takes `peer_memory_mutex`: no cycle.
+// Under it: the registration locks (one at a time, each taken and dropped), the state machine's
+// questions and `adopt`, and moving or dropping list references that are never the last: the
+// one in a link goes to the host (adoption) or is dropped while the driver still holds its own
+// (the callback's claim); the clones made to walk the list are of listed registrations. No
+// driver or host call, no allocation, no sleep but for this lock itself.
 //
-// Left open: a pin made by another module in the same process (gdrdrv, for one) can still take
-// the address between a teardown and our unpin; nvidia.ko gives a client no way to close that.
+// Order: the driver's RM API lock (held around our free callback) -> `LINGERING` ->
+// registration lock. The host's `peer_memory_mutex` (acquire) and whatever the host holds around
+// release come before it; no holder of `LINGERING` waits for anything else, so a teardown that
+// holds the API lock and waits here waits only for a holder that makes no driver call.
 
 impl RegCtx {
-    fn range(&self) -> GpuRange {
-        self.range
+    /// The registration's GPU range: the state machine's, which changes only when a lingering
+    /// registration is adopted (with nobody else at work on it: `Registration::adoptable`).
+    fn range(&self, t: Timing) -> GpuRange {
+        self.lock(t).state.range()
     }
 
     /// The registration lock (`inner`), its wait and hold timed.
@@ -229,8 +227,8 @@ impl RegCtx {
     /// state machine. `begin` runs under the registration lock and the first step is asked for
     /// under the same hold; after a call, its result is reported, what it took out of the
     /// registration put back, the next step asked for and what that step's call needs taken out,
-    /// all under one hold: a step that makes a call costs one round trip of the lock (the calls
-    /// that take `N_PINS` first take the lock again inside, see [`RegCtx::call`]).
+    /// all under one hold: a step that makes a call costs one round trip of the lock (`PinN`
+    /// takes it once more inside, to hand the driver its reference, see [`RegCtx::call`]).
     ///
     /// `Err` is `begin`'s: the actor did not start. `Ok` is the actor's own answer.
     fn drive<E>(
@@ -239,7 +237,6 @@ impl RegCtx {
         args: &mut HostArgs,
         begin: impl FnOnce(&mut Inner) -> Result<(), E>,
     ) -> Result<Result<(), Refusal>, E> {
-        let range = self.range();
         let t = args.t;
         let machine = timing::Step::StateMachine;
         let mut g = self.lock(t);
@@ -248,8 +245,9 @@ impl RegCtx {
             match t.time(machine, || g.state.next(actor)) {
                 Step::Call(op) => {
                     let out = Handles::take(op, &mut g);
+                    let range = g.state.range();
                     drop(g);
-                    let (out, result) = self.call(op, out, args);
+                    let (out, result) = self.call(op, range, out, args);
                     g = self.lock(t);
                     out.put_back(&mut g);
                     if t.time(machine, || g.state.done(actor, op, result)) == Commit::PublishSg {
@@ -291,6 +289,7 @@ impl RegCtx {
                     g = self.lock(t);
                 }
                 Step::Note(event) => {
+                    let range = g.state.range();
                     drop(g);
                     stats::event(self.link.name(), range, actor, event, t);
                     g = self.lock(t);
@@ -300,29 +299,18 @@ impl RegCtx {
         }
     }
 
-    /// Makes the call `op` with the registration lock dropped, with what [`Handles::take`] took
-    /// out of the registration for it; gives that back, with what the call made, to be put back.
+    /// Makes the call `op` on the registration's `range` with the registration lock dropped, with
+    /// what [`Handles::take`] took out of the registration for it; gives that back, with what the
+    /// call made, to be put back.
     fn call(
         self: ArcBorrow<'_, Self>,
         op: Op,
+        range: GpuRange,
         mut out: Handles,
         args: &mut HostArgs,
     ) -> (Handles, Result<(), Errno>) {
-        let range = self.range();
         let t = args.t;
         let errno = kapi::errno;
-        // `N_PINS` where the state machine says (see the lock's rules above), and under it the
-        // state machine asked again whether N's unpin, or its proof, is still to be made.
-        let _n_pins = op.takes_n_pins().then(|| lock_n_pins(t));
-        let n = if op.asked_again() {
-            let g = self.lock(t);
-            if !g.state.still_to_make(op) {
-                return (out, Ok(()));
-            }
-            g.n
-        } else {
-            None
-        };
         let result = match op {
             Op::PinN => {
                 // N tells us the memory is going away, nothing else: one GPU page of the range is
@@ -335,39 +323,18 @@ impl RegCtx {
                 self.lock(t).driver_ref = Some(data);
                 // SAFETY: `data_ptr` is the pointer of `driver_ref`, a reference to this
                 // registration, which the driver holds until the state machine takes it back:
-                // after a failed pin (the driver keeps no callback then), after put_pages from the
-                // pinning process returned 0 with no callback having started, or in the callback
+                // after a failed pin (the driver keeps no callback then), or in the callback
                 // itself, as its last step (`HandDriverRefToWork` in `drive`), after which the
                 // callback does not use the registration; the work item it goes to drops it only
                 // after `DriverBarrier`, which waits for the RM API lock that the driver holds
-                // until the callback has returned. So the registration outlives the callback.
-                let key = unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr, t) };
-                key.map(|key| self.lock(t).n = Some(key)).map_err(errno)
+                // until the callback has returned. N is never unpinned by us, so no other moment
+                // ends the driver's use of it. So the registration outlives the callback.
+                unsafe { nvidia::get_pages::<RegCtx>(range, data_ptr, t) }.map_err(errno)
             }
-            Op::UnpinN => match n {
-                Some(key) => nvidia::put_pages(range.first_page(), key, t).map_err(errno),
-                None => Ok(()),
-            },
-            Op::ProveUnpinN => {
-                // A lookup of the memory by this process, as put_pages of N will make: a
-                // persistent pin of one GPU page (no callback; with the persistent API, which the
-                // invalidating flavour needs, its unpin does not depend on the caller), under
-                // `N_PINS` as every persistent pin of ours.
-                let page = range.first_page();
-                match PersistentPin::get(page, t) {
-                    Ok(probe) => {
-                        // Whatever the unpin answers, the pin showed the process reaches its
-                        // memory; a refused unpin leaves the driver that pin (and its device
-                        // reference): say so.
-                        if let Err(e) = probe.put(page, t) {
-                            let event = Event::UnpinPFailed(errno(e));
-                            stats::event(self.link.name(), page, Actor::Host, event, t);
-                        }
-                        Ok(())
-                    }
-                    Err(e) => Err(errno(e)),
-                }
-            }
+            // Never asked: the module's registrations leave N to linger (`NRelease::Linger`);
+            // the proof and the unpin of N are the protocol model's record of the client before.
+            // Refused, so that the state machine would leave N armed for its callback.
+            Op::UnpinN | Op::ProveUnpinN => Err(Errno::EINVAL),
             Op::DriverBarrier => {
                 let r = nvidia::wait_for_teardowns(t);
                 if r.is_err() {
@@ -562,8 +529,8 @@ fn host_call(
     check: impl FnOnce(&Inner) -> Result<(), Violation>,
 ) -> Result {
     let link = ctx.link;
-    let range = ctx.range();
     let t = args.t;
+    let range = ctx.range(t);
     let caller = kapi::current_tgid();
     ctx.drive(Actor::Host, args, |g| {
         check(g)?;
@@ -571,6 +538,88 @@ fn host_call(
     })
     .map_err(|v| violation(link, name, range, v, t))?
     .map_err(|r| refused(link, name, range, r, t))
+}
+
+/// Takes `ctx` off the list of lingering registrations if it is on it (`LINGERING` held, as
+/// `head`), and gives back the reference its link held.
+fn unlink(head: &mut Option<Arc<RegCtx>>, ctx: &RegCtx, t: Timing) -> Option<Arc<RegCtx>> {
+    let is_ctx = |r: Option<&RegCtx>| r.is_some_and(|r| core::ptr::eq(r, ctx));
+    if !ctx.lock(t).listed {
+        return None;
+    }
+    // The link that holds `ctx`: the head, or the `next_lingering` of the registration before it.
+    let mut before: Option<Arc<RegCtx>> = None;
+    if !is_ctx(head.as_deref()) {
+        let mut cur = head.clone();
+        while let Some(c) = cur {
+            let next = c.lock(t).next_lingering.clone();
+            if is_ctx(next.as_deref()) {
+                before = Some(c);
+                break;
+            }
+            // `c` goes: a clone of a listed registration, never its last reference.
+            cur = next;
+        }
+    }
+    let after = {
+        let mut g = ctx.lock(t);
+        g.listed = false;
+        g.next_lingering.take()
+    };
+    let link = match before {
+        Some(b) => core::mem::replace(&mut b.lock(t).next_lingering, after),
+        None => core::mem::replace(head, after),
+    };
+    stats::lingering_unlisted();
+    link
+}
+
+/// release: list `ctx` if it lingers, for a later acquire of its process to adopt it.
+fn list_if_lingering(ctx: &Arc<RegCtx>, t: Timing) {
+    let mut head = lock_lingering(t);
+    {
+        let mut g = ctx.lock(t);
+        if g.listed || !t.time(timing::Step::StateMachine, || g.state.lingers()) {
+            return;
+        }
+        g.listed = true;
+        // Not listed: its link was empty, so nothing is dropped under the lock.
+        g.next_lingering = head.take();
+    }
+    *head = Some(ctx.clone());
+    stats::lingering_listed();
+}
+
+/// acquire, after its persistent pin `p` of `range` for process `tgid`: takes over a lingering
+/// registration whose N pins a page of `range` (`Registration::adoptable`), giving it `range` and
+/// `p`, and returns the list's reference to it as the host's; or gives `p` back.
+fn adopt_lingering(
+    range: GpuRange,
+    tgid: Tgid,
+    p: PersistentPin,
+    t: Timing,
+) -> Result<Arc<RegCtx>, PersistentPin> {
+    let machine = timing::Step::StateMachine;
+    let mut head = lock_lingering(t);
+    let mut cur = head.clone();
+    while let Some(c) = cur {
+        let next = {
+            let mut g = c.lock(t);
+            if t.time(machine, || g.state.adoptable(range, tgid)) {
+                t.time(machine, || g.state.adopt(range));
+                // Not held: `adoptable` says P is gone, so this replaces nothing.
+                g.p = Some(p);
+                drop(g);
+                // Listed (`adoptable` implies `lingers`), so the link is there; the callback
+                // that would claim N waits for `LINGERING` and then finds it adopted.
+                return Ok(unlink(&mut head, &c, t).unwrap_or(c));
+            }
+            g.next_lingering.clone()
+        };
+        // `c` goes: a clone of a listed registration, never its last reference.
+        cur = next;
+    }
+    Err(p)
 }
 
 impl PeerClient for RegCtx {
@@ -592,13 +641,7 @@ impl PeerClient for RegCtx {
         let Some(module) = ModuleRef::get(t) else {
             return no(Errno::EINVAL, Cause::Unloading);
         };
-        // Under `N_PINS`: the driver may find a persistent pin by its address too (see the lock's
-        // rules), so no pin of ours may take the address a stale unpin names.
-        let pinned = {
-            let _n_pins = lock_n_pins(t);
-            PersistentPin::get(range, t)
-        };
-        let p = match pinned {
+        let p = match PersistentPin::get(range, t) {
             Ok(p) => p,
             Err(e) => {
                 let errno = kapi::errno(e);
@@ -609,21 +652,39 @@ impl PeerClient for RegCtx {
             let _ = p.put(range, t);
             return no(Errno::EINVAL, Cause::UnknownLayout);
         }
+        let tgid = kapi::current_tgid();
+        let p = match link.flavour() {
+            Flavour::Invalidating => match adopt_lingering(range, tgid, p, t) {
+                Ok(ctx) => {
+                    // The adopted registration holds a module reference of its own: this one
+                    // goes, and is not the last.
+                    drop(module);
+                    t.time(timing::Step::Stats, || {
+                        stats::pinned(range.len());
+                        stats::acquired();
+                        stats::adopted();
+                    });
+                    return Some(ctx);
+                }
+                Err(p) => p,
+            },
+            Flavour::Persistent => p,
+        };
         let state = t.time(timing::Step::StateMachine, || {
-            Registration::acquired(link.flavour(), range, kapi::current_tgid())
+            Registration::acquired(link.flavour(), range, tgid)
         });
         let ctx = t.time(timing::Step::RegCtxAlloc, || {
             Arc::pin_init(
                 pin_init!(RegCtx {
                     link,
-                    range,
                     inner <- kernel::new_spinlock!(Inner {
                         state,
                         p: None,
                         mapping: None,
-                        n: None,
                         driver_ref: None,
                         sg: None,
+                        listed: false,
+                        next_lingering: None,
                     }),
                     work <- new_work!("RegCtx::work"),
                     _module: module,
@@ -684,7 +745,7 @@ impl PeerClient for RegCtx {
         peer: Option<PeerDevice>,
         t: Timing,
     ) -> Result<u32> {
-        let range = ctx.range();
+        let range = ctx.range(t);
         if peer.is_none() {
             return Err(refuse(
                 ctx.link,
@@ -739,7 +800,7 @@ impl PeerClient for RegCtx {
     /// release: the host is done with the registration; its reference goes when this returns.
     fn release(ctx: Arc<RegCtx>, t: Timing) {
         let link = ctx.link;
-        let range = ctx.range();
+        let range = ctx.range(t);
         let caller = kapi::current_tgid();
         let ran = ctx
             .as_arc_borrow()
@@ -757,6 +818,11 @@ impl PeerClient for RegCtx {
         let sg = ctx.lock(t).sg.take();
         t.time(timing::Step::SgFree, || drop(sg));
         t.time(timing::Step::Stats, stats::released);
+        // N left to the driver: listed for a later registration of its process to adopt (the
+        // persistent flavour has no N, and takes no module-wide lock here).
+        if link.flavour() == Flavour::Invalidating {
+            list_if_lingering(&ctx, t);
+        }
         // The host's reference: the last one unless the driver or the work item holds another.
         t.time(timing::Step::RegCtxFree, || drop(ctx));
     }
@@ -768,11 +834,34 @@ impl nvidia::FreeCallback for RegCtx {
     /// the work item it is handed to, keeps this registration alive until the callback has
     /// returned (see `Op::PinN`).
     fn free_callback(ctx: ArcBorrow<'_, Self>, t: Timing) {
-        // Not ours to act on: return at once. Else makes the NIC stop using the memory (through
-        // the host) if it may; never waits, and never calls into the driver, which is locked by
-        // this very task.
-        let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t), |g| {
-            g.state.begin_callback().then_some(()).ok_or(())
-        });
+        // Claims N, and takes the registration off the list of lingering ones, under
+        // `LINGERING` (its rules: a short wait for a holder that makes no driver call). Not ours
+        // to act on: return at once. Else makes the NIC stop using the memory (through the host)
+        // if it may; never waits, and never calls into the driver, which is locked by this very
+        // task.
+        if claim(&ctx, t) {
+            let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t), |_| {
+                Ok::<(), core::convert::Infallible>(())
+            });
+        }
     }
+}
+
+/// The free callback's claim of N (`Registration::begin_callback`), made under `LINGERING`, with
+/// the registration taken off the list of lingering ones when it is on it.
+fn claim(ctx: &RegCtx, t: Timing) -> bool {
+    let mut head = lock_lingering(t);
+    let claimed = {
+        let mut g = ctx.lock(t);
+        t.time(timing::Step::StateMachine, || g.state.begin_callback())
+    };
+    let link = if claimed {
+        unlink(&mut head, ctx, t)
+    } else {
+        None
+    };
+    drop(head);
+    // Not the last reference: the driver holds its own until the callback hands it over.
+    drop(link);
+    claimed
 }

@@ -253,8 +253,8 @@ pub(crate) unsafe fn work_queue() -> &'static Queue {
 /// The statically initialised mutexes of the C shim (`DEFINE_MUTEX`), one per [`StaticMutex`].
 #[derive(Clone, Copy)]
 pub(crate) enum SharedMutex {
-    /// `peermem_n_pins_lock`: `client::N_PINS`.
-    NPins,
+    /// `peermem_lingering_lock`: `client::LINGERING`.
+    Lingering,
     /// `peermem_log_lock`: `stats::LOG_LIMIT`.
     Log,
 }
@@ -267,8 +267,11 @@ impl SharedMutex {
     fn raw(self) -> *mut bindings::mutex {
         match self {
             // The shim's `struct mutex`, which bindgen sees as opaque bytes of its size.
-            // SAFETY: taking the address of an extern static reads nothing and makes no reference.
-            Self::NPins => unsafe { core::ptr::addr_of_mut!(sys::peermem_n_pins_lock) }.cast(),
+            Self::Lingering => {
+                // SAFETY: taking the address of an extern static reads nothing and makes no
+                // reference.
+                unsafe { core::ptr::addr_of_mut!(sys::peermem_lingering_lock) }.cast()
+            }
             // SAFETY: as above.
             Self::Log => unsafe { core::ptr::addr_of_mut!(sys::peermem_log_lock) }.cast(),
         }

@@ -15,10 +15,10 @@
 //! - A **non-persistent** pin is torn down by the driver (cudaFree, process exit, unregistration
 //!   from the P2P object): it calls the free callback with its RM API lock held and frees the page
 //!   table, its DMA mappings and the semaphore guarding them as soon as the callback returns.
-//!   peermem-rs never reads such a table, never maps it, and only hands it back to
-//!   `nvidia_p2p_put_pages` as a [`PinKey`], which the driver uses as a lookup key among the calling
-//!   process's pins without dereferencing it; a key that finds nothing makes it answer 0
-//!   [NV-TEARDOWN, NV-PUT-PAGES-LOOKUP, NV-PUT-PAGES-NO-READ].
+//!   peermem-rs never reads such a table, never maps it and never unpins it: it keeps no pointer to
+//!   it at all, and leaves the pin to the driver until its callback [NV-TEARDOWN] (the owner's
+//!   put_pages of it would answer 0 also when it unpinned nothing [NV-PUT-PAGES-LOOKUP,
+//!   NV-PID-LIST]; `logic::registration`, rule 2).
 //! - The driver keeps no reference on the peer `pci_dev` and dereferences it when unmapping, so a
 //!   [`PeerDevice`] holds one of ours for as long as a mapping for it exists [NV-NO-PEER-REF].
 
@@ -221,18 +221,6 @@ impl DmaMapping {
     }
 }
 
-/// The page-table pointer of a non-persistent pin, as a lookup key only.
-///
-/// # Invariants
-///
-/// The value the driver returned from `nvidia_p2p_get_pages`. It may point to freed memory
-/// (after a teardown) and is never dereferenced by peermem-rs.
-#[derive(Clone, Copy)]
-pub(crate) struct PinKey(NonNull<sys::nvidia_p2p_page_table>);
-
-// SAFETY: a plain value, never dereferenced.
-unsafe impl Send for PinKey {}
-
 /// Pins `range` of the calling process's GPU memory; the driver calls
 /// [`FreeCallback::free_callback`] of the `T` behind `data` before it frees the pin (cudaFree,
 /// process exit, unregistration from the P2P object).
@@ -240,25 +228,25 @@ unsafe impl Send for PinKey {}
 /// # Safety
 ///
 /// `data` must be the pointer of a [`ForeignRef<T>`] ([`ForeignRef::as_ptr`]), and that `T` must
-/// stay alive (by that reference or another) until the driver can no longer call back: until a
-/// [`put_pages`] from the pinning process returned 0 with the callback not having started, or
-/// until the callback has returned.
+/// stay alive (by that reference or another) until the driver can no longer call back: until
+/// this call failed (the driver keeps no pin then), or until the callback has returned. The pin
+/// is never unpinned by us: the driver keeps it until its teardown calls back.
 pub(crate) unsafe fn get_pages<T: FreeCallback>(
     range: GpuRange,
     data: *mut c_void,
     t: Timing,
-) -> Result<PinKey> {
+) -> Result {
     let callback = free_callback::<T>;
-    let table = pin_with(|out| {
+    // The page table is the driver's, and dead once the callback returns: not kept.
+    pin_with(|out| {
         let _call = t.span(Step::NvGetPages);
         // SAFETY: `out` is valid for the call; `data` is what `callback` expects, kept alive for
         // it as the caller's contract says.
         unsafe {
             sys::nvidia_p2p_get_pages(0, 0, range.start(), range.len(), out, Some(callback), data)
         }
-    })?;
-    // INVARIANT: the value the driver returned.
-    Ok(PinKey(table))
+    })
+    .map(|_table| ())
 }
 
 /// The free callback of the pins of [`get_pages`]: the C entry point of
@@ -278,32 +266,6 @@ unsafe extern "C" fn free_callback<T: FreeCallback>(data: *mut c_void) {
         return;
     };
     T::free_callback(this, t);
-}
-
-/// `nvidia_p2p_put_pages` of a non-persistent pin. The driver looks `key` up among the pins of the
-/// P2P objects whose pid list holds the calling process (token 0): its own object, objects of
-/// MPS servers it registered with, and RM's internal object of persistent pins when it created
-/// it. It answers 0 also when it finds nothing: a pin of another process,
-/// one it already tore down, or any key from a task with no pins (a kworker). Only from the pinning
-/// process, with no teardown of the pin having started, does 0 mean "unpinned, no callback will
-/// come".
-pub(crate) fn put_pages(range: GpuRange, key: PinKey, t: Timing) -> Result {
-    let _call = t.span(Step::NvPutPages);
-    // SAFETY: what the driver does with `key`, and what makes it ours:
-    // - it uses `key` only to look up among the pins of the caller's P2P objects, and dereferences
-    //   it only when found there, a live pin [NV-PUT-PAGES-LOOKUP, NV-PUT-PAGES-NO-READ];
-    // - a key whose pin a teardown freed finds nothing, unless another pin of the same objects
-    //   took its address meanwhile: that pin is then unpinned without its callback. The caller's
-    //   objects include RM's internal one, of persistent pins, when the caller created it
-    //   [NV-INTERNAL-OBJECT];
-    // - peermem-rs calls this only from the pinning process, holding `N_PINS` (src/client.rs),
-    //   under which it checked that the callback had not torn N down; every pin of its own,
-    //   persistent ones included, is made under `N_PINS` too, so none is made meanwhile and none
-    //   can take the address;
-    // - a pin made meanwhile by another module of the same process can; the driver leaves that
-    //   window open to every client that unpins while the memory may be freed (model:
-    //   crates/protocol-model, `Bug::StaleUnpin`).
-    check(unsafe { sys::nvidia_p2p_put_pages(0, 0, range.start(), key.0.as_ptr()) })
 }
 
 /// Waits until every free callback the driver has started has returned to it: a

@@ -50,6 +50,8 @@ static UNPROVEN_UNPINS: Counter = Counter::new();
 static UNPIN_FAILURES: Counter = Counter::new();
 static DEFERRED_UNPINS: Counter = Counter::new();
 static KEPT_REGISTRATIONS: Counter = Counter::new();
+static LINGERING: Counter = Counter::new();
+static ADOPTIONS: Counter = Counter::new();
 static ERRORS: [Counter; Cause::COUNT] = [const { Counter::new() }; Cause::COUNT];
 
 pub(crate) fn registration_created() {
@@ -73,6 +75,15 @@ pub(crate) fn mapped() {
 pub(crate) fn released() {
     RELEASES.add(1);
 }
+pub(crate) fn lingering_listed() {
+    LINGERING.add(1);
+}
+pub(crate) fn lingering_unlisted() {
+    LINGERING.sub(1);
+}
+pub(crate) fn adopted() {
+    ADOPTIONS.add(1);
+}
 
 pub(crate) fn snapshot() -> Snapshot {
     let mut s = Snapshot {
@@ -89,6 +100,8 @@ pub(crate) fn snapshot() -> Snapshot {
         unpin_failures: UNPIN_FAILURES.get(),
         deferred_unpins: DEFERRED_UNPINS.get(),
         kept_registrations: KEPT_REGISTRATIONS.get(),
+        lingering: LINGERING.get(),
+        adoptions: ADOPTIONS.get(),
         ..Default::default()
     };
     for c in Cause::ALL {
@@ -163,6 +176,9 @@ pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, 
         Event::Invalidated => INVALIDATIONS.add(1),
         Event::InvalidationSkipped => INVALIDATIONS_SKIPPED.add(1),
         Event::LateCallback => LATE_CALLBACKS.add(1),
+        // Counted when release lists the registration (`lingering`): a deregistration's normal
+        // end, not worth a log line.
+        Event::NLingers => {}
         Event::UnpinNForeign => {
             FOREIGN_UNPINS.add(1);
             say(t, format_args!(

@@ -37,7 +37,7 @@ pub(crate) use generated::{
 pub(crate) use generated::{nvidia_p2p_get_pages_persistent, nvidia_p2p_put_pages_persistent};
 pub(crate) use generated::{
     pci_dev_put, peermem_alloc_workqueue, peermem_debugfs_create_dir, peermem_debugfs_create_file,
-    peermem_debugfs_remove, peermem_fsleep, peermem_log_lock, peermem_n_pins_lock,
+    peermem_debugfs_remove, peermem_fsleep, peermem_lingering_lock, peermem_log_lock,
     peermem_param_version, peermem_pci_dev_get,
 };
 

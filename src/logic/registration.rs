@@ -177,7 +177,7 @@ pub enum Op {
     /// stops being found, under one hold of the API lock): the process may have left the object
     /// (an MPS client whose RM client was freed: put_pages would find nothing and answer 0
     /// anyway), so N is abandoned without a put_pages, kept armed for the callback of the free.
-    /// Pinned under `N_PINS`, as every persistent pin of ours. Only with
+    /// Pinned under `N_PINS`, as every persistent pin of that client. Only with
     /// [`NRelease::ProveThenUnpin`], which the module never uses.
     ProveUnpinN,
     /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
@@ -214,15 +214,17 @@ impl Op {
         )
     }
 
-    /// Is this call made under `N_PINS`, the module-wide lock of the notification pins' keys
-    /// (src/client.rs gives its rules)? Our pins and unpins of N, and the proof's persistent pin:
-    /// no pin of ours may take a table address that a stale unpin names.
+    /// Did the client that proved and unpinned N ([`NRelease::ProveThenUnpin`]) make this call
+    /// under `N_PINS`, its module-wide lock of the notification pins' keys? Its pins and unpins of
+    /// N, and the proof's persistent pin (and acquire's): no pin of its own could take a table
+    /// address that a stale unpin named. The module, which unpins nothing by a table's address,
+    /// has no such lock; the protocol model keeps that client's record.
     pub fn takes_n_pins(self) -> bool {
         matches!(self, Op::PinN | Op::UnpinN | Op::ProveUnpinN)
     }
 
-    /// Is this call made only if, asked again under `N_PINS`, [`Registration::still_to_make`]
-    /// still says so? The two that a free callback makes pointless or unsafe: the unpin names N's
+    /// Was this call made only if, asked again under `N_PINS`, [`Registration::still_to_make`]
+    /// still said so ([`NRelease::ProveThenUnpin`] only)? The two that a free callback makes pointless or unsafe: the unpin names N's
     /// table, which the driver frees when the callback returns; the proof is for that unpin.
     pub fn asked_again(self) -> bool {
         matches!(self, Op::UnpinN | Op::ProveUnpinN)
@@ -822,6 +824,7 @@ impl Registration {
         self.work = WorkRun::Running;
     }
 
+    /// ([`NRelease::ProveThenUnpin`] only: the model's record of the client before N lingered.)
     /// Asked again under `N_PINS`, right before the driver call of `op`: is it still to be made?
     /// Between the step that asked for the call and `N_PINS`, the driver's free callback may have
     /// torn N down (it marks N torn down before the driver frees N's table, which the driver does
@@ -1334,7 +1337,9 @@ mod tests {
     /// An invalidating registration, mapped, whose owner's deregistration proves and unpins N
     /// ([`NRelease::ProveThenUnpin`], the client before N lingered; the model's record of it).
     fn mapped_proving() -> Registration {
-        mapped_as(Registration::acquired(Flavour::Invalidating, range(), OWNER).proving_then_unpinning())
+        mapped_as(
+            Registration::acquired(Flavour::Invalidating, range(), OWNER).proving_then_unpinning(),
+        )
     }
 
     fn mapped_as(mut r: Registration) -> Registration {

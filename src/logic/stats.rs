@@ -34,9 +34,9 @@ pub struct Snapshot {
     /// stays with the driver (and keeps peermem-rs loaded) until that process frees the memory or
     /// exits.
     pub foreign_unpins: u64,
-    /// Non-persistent pins whose unpin by the registering process nothing could prove (it no
-    /// longer reached its memory through the driver: an MPS client that left the server's P2P
-    /// object): each stays with the driver (and keeps peermem-rs loaded) until the memory is freed.
+    /// Non-persistent pins whose unpin by the registering process nothing could prove. Always 0
+    /// since no pin N is unpinned by peermem-rs (each lingers, `lingering`); the key stays for
+    /// the scripts that read it.
     pub unproven_unpins: u64,
     /// Unpins the NVIDIA driver refused.
     pub unpin_failures: u64,
@@ -46,6 +46,13 @@ pub struct Snapshot {
     /// Registrations kept until reboot because the driver failed, again and again, to show that
     /// its teardown had returned from peermem-rs's free callback.
     pub kept_registrations: u64,
+    /// Registrations released whose pin N the driver still holds, not yet called back: each
+    /// keeps its registration context, the driver's pin record (and, where BAR1 is mapped on
+    /// demand, a 64 KiB BAR1 extent per GPU page and P2P object) and a module reference, until the
+    /// memory is freed or a later registration of the same process adopts it. A gauge.
+    pub lingering: u64,
+    /// Registrations that took a lingering one over instead of pinning an N of their own.
+    pub adoptions: u64,
     /// Refusals by cause, indexed by `Cause::index`.
     pub errors: [u64; Cause::COUNT],
 }
@@ -65,6 +72,8 @@ impl fmt::Display for Snapshot {
         writeln!(f, "unpin_failures {}", self.unpin_failures)?;
         writeln!(f, "deferred_unpins {}", self.deferred_unpins)?;
         writeln!(f, "kept_registrations {}", self.kept_registrations)?;
+        writeln!(f, "lingering {}", self.lingering)?;
+        writeln!(f, "adoptions {}", self.adoptions)?;
         for c in Cause::ALL {
             writeln!(f, "error_{} {}", c.name(), self.errors[c.index()])?;
         }
@@ -88,6 +97,6 @@ mod tests {
         let text = s.to_string();
         assert!(text.starts_with("live_registrations 2\npinned_bytes 131072\n"));
         assert!(text.contains("\nerror_bar1_exhausted 3\n"));
-        assert_eq!(text.lines().count(), 13 + Cause::COUNT);
+        assert_eq!(text.lines().count(), 15 + Cause::COUNT);
     }
 }

@@ -100,10 +100,10 @@ pub enum Step {
     RegLockWait,
     /// Holding the registration's spinlock, its unlock included.
     RegLockHold,
-    /// Waiting for the module-wide mutex `N_PINS`.
-    NPinsLockWait,
-    /// Holding `N_PINS`, its unlock included (the driver calls made under it included).
-    NPinsLockHold,
+    /// Waiting for the module-wide mutex `LINGERING` (the list of lingering registrations).
+    LingeringLockWait,
+    /// Holding `LINGERING`, its unlock included.
+    LingeringLockHold,
     /// The registration state machine (`logic::registration`): its construction, `begin`, `next`,
     /// `done` and the other questions the glue asks it.
     StateMachine,
@@ -145,8 +145,8 @@ impl Step {
         Step::BarrierRetrySleep,
         Step::RegLockWait,
         Step::RegLockHold,
-        Step::NPinsLockWait,
-        Step::NPinsLockHold,
+        Step::LingeringLockWait,
+        Step::LingeringLockHold,
         Step::StateMachine,
         Step::RegCtxAlloc,
         Step::RegCtxFree,
@@ -182,8 +182,8 @@ impl Step {
             Step::BarrierRetrySleep => "barrier_retry_sleep",
             Step::RegLockWait => "reg_lock_wait",
             Step::RegLockHold => "reg_lock_hold",
-            Step::NPinsLockWait => "n_pins_lock_wait",
-            Step::NPinsLockHold => "n_pins_lock_hold",
+            Step::LingeringLockWait => "lingering_lock_wait",
+            Step::LingeringLockHold => "lingering_lock_hold",
             Step::StateMachine => "state_machine",
             Step::RegCtxAlloc => "regctx_alloc",
             Step::RegCtxFree => "regctx_free",
@@ -216,8 +216,8 @@ impl Step {
     }
 
     /// The step whose span always encloses this one's, besides `total`; `None`: this one may be
-    /// timed directly in `total`. (`n_pins_lock_hold` encloses the driver calls made under it,
-    /// and `reg_lock_*` and `state_machine` spans too, but not always: not listed here.)
+    /// timed directly in `total`. (`lingering_lock_hold` encloses `reg_lock_*` and
+    /// `state_machine` spans, but not always: not listed here.)
     pub fn within(self) -> Option<Step> {
         match self {
             Step::StateMachine | Step::SgPublish => Some(Step::RegLockHold),
@@ -333,7 +333,7 @@ mod tests {
         let mut cells = [Cell::default(); Step::COUNT];
         cells[Step::Total.index()] = Cell { calls: 4, ns: 1000 };
         cells[Step::NvGetPagesPersistent.index()] = Cell { calls: 4, ns: 600 };
-        cells[Step::NPinsLockHold.index()] = Cell { calls: 4, ns: 650 };
+        cells[Step::RegLockHold.index()] = Cell { calls: 4, ns: 650 };
         cells[Step::Stats.index()] = Cell { calls: 8, ns: 40 };
         assert_eq!(own(&cells), Cell { calls: 4, ns: 400 });
         cells[Step::HostInvalidate.index()] = Cell { calls: 1, ns: 900 };

@@ -111,11 +111,11 @@ fn metric_word(key: &str) -> String {
     w
 }
 
-/// peermem-rs's statistics (`src/logic/stats.rs`), each as a metric: the two levels as gauges, the
+/// peermem-rs's statistics (`src/logic/stats.rs`), each as a metric: the three levels as gauges, the
 /// event counts as counters, the refusals as one counter with the cause as a label. A key a newer
 /// peermem-rs adds is kept, untyped, as `peermem_rs_stat_<key>`.
-const STATS: [(&str, &str, &str, &str); 13] = [
-    ("live_registrations", "peermem_rs_live_registrations", "gauge", "Memory registrations alive now (each holds a module reference): from acquire to release, or, for a pin left to the driver, until the driver calls it back."),
+const STATS: [(&str, &str, &str, &str); 15] = [
+    ("live_registrations", "peermem_rs_live_registrations", "gauge", "Memory registrations alive now (each holds a module reference): from acquire to release, or, for a pin left to the driver (every invalidating registration), until the driver calls it back."),
     ("pinned_bytes", "peermem_rs_pinned_bytes", "gauge", "Bytes of GPU memory pinned for the NIC now."),
     ("acquired", "peermem_rs_acquired_total", "counter", "acquire calls that claimed a range as GPU memory."),
     ("registrations", "peermem_rs_registrations_total", "counter", "Memory registrations that completed their DMA mapping."),
@@ -124,10 +124,12 @@ const STATS: [(&str, &str, &str, &str); 13] = [
     ("releases", "peermem_rs_releases_total", "counter", "Memory registrations released."),
     ("late_callbacks", "peermem_rs_late_callbacks_total", "counter", "Free callbacks after the host had already released the registration."),
     ("foreign_unpins", "peermem_rs_foreign_unpins_total", "counter", "Pins another process could not unpin; each stays until its owner frees the memory or exits."),
-    ("unproven_unpins", "peermem_rs_unproven_unpins_total", "counter", "Unpins the registering process answered but could not prove (an MPS client that left the server's P2P object); each stays until the memory is freed."),
+    ("unproven_unpins", "peermem_rs_unproven_unpins_total", "counter", "Unpins the registering process answered but could not prove; always 0 since peermem-rs leaves every pin N to the driver (see lingering)."),
     ("unpin_failures", "peermem_rs_unpin_failures_total", "counter", "Unpins the NVIDIA driver refused."),
     ("deferred_unpins", "peermem_rs_deferred_unpins_total", "counter", "Persistent pins unpinned later by peermem-rs's work item."),
     ("kept_registrations", "peermem_rs_kept_registrations_total", "counter", "Registrations kept until reboot because the driver never showed its teardown had returned."),
+    ("lingering", "peermem_rs_lingering", "gauge", "Deregistered invalidating registrations whose pin N the driver still holds until the memory is freed (each keeps peermem-rs loaded; a later registration of the same process may adopt it)."),
+    ("adoptions", "peermem_rs_adoptions_total", "counter", "Registrations that took a lingering one over instead of pinning a new N."),
 ];
 
 fn module_stats(x: &mut Exposition, m: &crate::probe::Module) {

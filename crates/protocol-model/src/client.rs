@@ -326,13 +326,13 @@ impl World {
         Some(())
     }
 
-    /// Does the client's glue take `N_PINS` around its pins and unpins of N?
+    /// Does the client's glue take `N_PINS` around its pins and unpins of N? Not the fixed client
+    /// (and its variants): it unpins no pin by its table's address, so it has no such lock.
     pub(crate) fn models_n_pins(&self) -> bool {
-        self.cfg.client.breaks_a_rule()
-            || matches!(
-                self.cfg.client,
-                Client::Fixed | Client::UnlockedP | Client::TrustsUnpin | Client::ProvesUnpin
-            )
+        matches!(
+            self.cfg.client,
+            Client::UnlockedP | Client::TrustsUnpin | Client::ProvesUnpin
+        )
     }
 
     /// Does the glue map N's table where the state machine says P (`Client::MapsN`; N exists in
@@ -375,21 +375,16 @@ impl World {
     /// Does the client's acquire take `N_PINS` around its persistent pin (and the glue around the
     /// proof's, `Op::ProveUnpinN`, where it makes one)?
     pub(crate) fn models_n_pins_around_p(&self) -> bool {
-        self.cfg.client.breaks_a_rule()
-            || matches!(
-                self.cfg.client,
-                Client::Fixed | Client::TrustsUnpin | Client::ProvesUnpin
-            )
+        matches!(self.cfg.client, Client::TrustsUnpin | Client::ProvesUnpin)
     }
 
     /// Does the glue take `N_PINS` around `op` (`Op::PinN`, `Op::UnpinN`, `Op::ProveUnpinN`)? The
-    /// fixed client asks the state machine, as src/client.rs does (`Op::takes_n_pins`), so that
-    /// a change there is checked here; the older clients' glue is described by the two above.
+    /// fixed client (and its variants) nowhere; the client before N lingered asked the state
+    /// machine (`Op::takes_n_pins`); the older clients' glue is described by the two above.
     pub(crate) fn glue_takes_n_pins(&self, op: Op) -> bool {
         match (self.cfg.client, op) {
-            (c, _) if c == Client::Fixed || c == Client::ProvesUnpin || c.breaks_a_rule() => {
-                op.takes_n_pins()
-            }
+            (c, _) if c == Client::Fixed || c.breaks_a_rule() => false,
+            (Client::ProvesUnpin, _) => op.takes_n_pins(),
             (_, Op::ProveUnpinN) => self.models_n_pins_around_p(),
             _ => self.models_n_pins(),
         }

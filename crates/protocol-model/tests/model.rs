@@ -513,4 +513,3 @@ fn without_mps_the_owners_unpin_could_be_trusted() {
         }
     }
 }
-
