@@ -113,6 +113,9 @@ fail() {{ echo "BENCH-FAIL: $*"; exit 1; }}
 {{ uname -r; nproc; cat /proc/cmdline; ls /sys/kernel/iommu_groups | wc -l; }} > /results/env.txt
 unload() {{
   for m in peermem_rs nvidia_peermem peer_mem_host nvidia_p2p_standin; do
+    # peermem-rs's work item may still hold a lingering registration's last reference for a
+    # moment after the free that called it back: give it 5 s.
+    for i in $(seq 50); do [ "$(cat /sys/module/$m/refcnt 2>/dev/null || echo 0)" = 0 ] && break; sleep 0.1; done
     [ -e /sys/module/$m/initstate ] && {{ rmmod $m || fail "rmmod $m"; }}
   done
 }}
@@ -544,8 +547,8 @@ def where_time_goes(data, accs, sizes, lat):
              "(how many steps a registration times, and the cost of one read when the run recorded the "
              "time file's `timing.clock_read` calibration, which the bench.c of c225cc9 did not print, "
              "are below the table); compare \"Back to back against counted\" "
-             "below. \"Client\" also includes waits for `N_PINS` and the registration lock, which "
-             "under concurrency hold other registrations' driver calls; these runs have one thread.", ""]
+             "below. \"Client\" also includes waits for the registration lock and the lock of lingering "
+             "registrations; these runs have one thread.", ""]
     cnt, stp = counted_groups(data, accs), {}
     for r in data["steps"]:
         if r["boot"] in accs:

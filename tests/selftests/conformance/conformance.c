@@ -1295,8 +1295,13 @@ static void rmmod_while_registered(const char *name, const char *desc, unsigned 
 		ob("still_loaded", "%d", target_loaded());
 		ob_refcnt("refcnt");
 		dereg("dereg.rc", mr.handle);
+		/* An invalidating registration of peermem-rs lingers, its module reference with it,
+		 * until the free calls its pin back. */
+		ob_refcnt("after_dereg.refcnt");
 	}
 	free_gpu(NULL, handle);
+	/* The lingering registration's last reference goes in the work item, after the callback. */
+	wait_work_item();
 	ob_rc("rmmod_after_dereg", mod_unload(target.name));
 	ob_peers_dirs("memory_peers");
 	ob("host_registered_clients", "%lld", pmh_counter("registered_clients"));

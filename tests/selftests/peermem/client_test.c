@@ -133,14 +133,18 @@ FIXTURE_TEARDOWN(gpu)
 	EXPECT_EQ(0, gpu_leaks(why, sizeof(why))) TH_LOG("stand-in leaks: %s", why);
 }
 
-/* Registration, SG list and a data round trip through the NIC, for several sizes and offsets. */
+/* Registration, SG list and a data round trip through the NIC, for several sizes and offsets.
+ * Every case's range holds the allocation's first GPU page: in the invalidating mode each
+ * registration after the first adopts the one before it, which lingers after its deregistration
+ * with its pin N (one registration, one N, whatever the number of cycles). */
 TEST_F(gpu, register_and_round_trip)
 {
 	static const struct { size_t offset, len; } cases[] = {
 		{ 0, 1 }, { 0, GPU_PAGE - 1 }, { 0, GPU_PAGE }, { 0, GPU_PAGE + 1 },
 		{ 4096, 3 * GPU_PAGE }, { GPU_PAGE - 1, 2 }, { 0x1234, 5 * GPU_PAGE + 77 },
 	};
-	size_t alloc = 8 * GPU_PAGE;
+	size_t alloc = 8 * GPU_PAGE, ncases = sizeof(cases) / sizeof(cases[0]);
+	long long adoptions;
 	__u64 handle;
 	uint8_t *va;
 	struct nvp2p_info info;
@@ -150,6 +154,7 @@ TEST_F(gpu, register_and_round_trip)
 	va = gpu_alloc(self->gpu, alloc, &handle);
 	ASSERT_NE(NULL, va);
 	ASSERT_EQ(0, gpu_info(self->gpu, handle, &info));
+	adoptions = peermem_stat("adoptions");
 
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		size_t off = cases[c].offset, len = cases[c].len;
@@ -193,7 +198,17 @@ TEST_F(gpu, register_and_round_trip)
 		EXPECT_EQ((long long)(pages * GPU_PAGE), peermem_stat("pinned_bytes"));
 		ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
 	}
+	if (invalidating_mode()) {
+		EXPECT_EQ(adoptions + (long long)ncases - 1, peermem_stat("adoptions"));
+		EXPECT_EQ(1, peermem_stat("lingering"));
+		EXPECT_EQ(1, peermem_stat("live_registrations"));
+	} else {
+		EXPECT_EQ(adoptions, peermem_stat("adoptions"));
+		EXPECT_EQ(0, peermem_stat("lingering"));
+	}
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	EXPECT_EQ(0, peermem_stat("lingering"));
+	EXPECT_TRUE(stat_becomes("live_registrations", 0));
 }
 
 /* With the emulated IOMMU the NIC gets IOVAs, not the BAR's physical addresses, and DMA still works. */

@@ -562,13 +562,15 @@ TEST_F(race, free_while_dma_unmap_takes_the_semaphore)
 	EXPECT_EQ(0, bg_call_join(&c));
 }
 
-/* cudaFree while the deregistration's put_pages waits for the driver's API lock. */
+/* cudaFree while the deregistration's unpin waits for the driver's API lock: nvidia-peermem's
+ * put_pages of its pin; peermem-rs's put_pages_persistent of P (it makes no put_pages: its N
+ * lingers until this very free calls it back). */
 TEST_F(race, free_while_put_pages_waits_for_the_api_lock)
 {
 	unsigned long long cb = passes(NV, "teardown.before_callback");
 	struct free_arg f = { self->gpu, self->handle };
 	struct dereg_arg d = { self->pmh };
-	const char *point = invalidating() ? "put_pages.before_lock" : "put_pages_persistent.before_lock";
+	const char *point = invalidating() && !ours() ? "put_pages.before_lock" : "put_pages_persistent.before_lock";
 	struct pmh_reg_mr mr;
 	struct bg_call c, dc;
 	const char *where;
@@ -667,6 +669,34 @@ static void hold_a_stale_unpin(struct __test_metadata *_metadata, FIXTURE_DATA(r
 	EXPECT_EQ(0, bg_reg_join(r));
 }
 
+/* peermem-rs's side of the stale-unpin windows: its deregistration makes no put_pages of the pin
+ * the free calls back (N lingers until then: src/logic/registration.rs, rule 2), so there is no
+ * unpin to hold and none to go stale. Registers the fixture's memory and deregisters it (no
+ * put_pages made, the registration lingering), frees it (the callback comes, late; the driver
+ * frees N's table and, with recycle_freed_pins, keeps it for the next pin), then registers
+ * @other, which takes that table's address. @r is the other registration, joined. */
+static void no_unpin_to_go_stale(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
+				 uint8_t *other, struct bg_reg *r)
+{
+	unsigned long long unpins = passes(NV, "put_pages.before_lock");
+	long long callbacks = gpu_counter("free_callbacks");
+	long long lingering = client_stat("lingering");
+	long long late = client_stat("late_callbacks");
+	struct pmh_reg_mr mr;
+
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	EXPECT_EQ(unpins, passes(NV, "put_pages.before_lock"))
+		TH_LOG("the deregistration made a put_pages of a pin");
+	EXPECT_EQ(lingering + 1, client_stat("lingering"));
+	EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
+	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
+	EXPECT_EQ(lingering, client_stat("lingering"));
+	EXPECT_EQ(late + 1, client_stat("late_callbacks"));
+	bg_reg_start(r, self->pmh, other, LEN, PMH_REG_WRITE);
+	EXPECT_EQ(0, bg_reg_join(r));
+}
+
 /* After a stale-unpin window: the other registration (@r, of the memory @other_handle) is whole:
  * mapped, revoked by its own free's callback, deregistered cleanly; and that memory is freed. */
 static void other_registration_is_whole(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
@@ -696,9 +726,9 @@ static void other_registration_is_whole(struct __test_metadata *_metadata, FIXTU
  * without KASAN's quarantine does, as the benchmark kernel's did in `make stress`). The driver
  * finds a pin by that address only (550 p2p.c:1455-1493): had the new pin been made before the
  * held put_pages goes on, it would unpin the other registration's pin without its callback and
- * free its table under it. peermem-rs's pins and unpins of those pins exclude each other
- * (N_PINS, src/client.rs), so the new registration waits until the held put_pages has returned
- * having found nothing. Fails when the new registration pins inside the window (the stand-in's
+ * free its table under it. peermem-rs makes no such put_pages (`no_unpin_to_go_stale`; the
+ * client before N lingered took a mutex, N_PINS, around its pins and unpins of N, and the new
+ * registration waited). Fails when a put_pages unpins the new registration's pin (the stand-in's
  * reused_put_pages, a WARN), or when the other registration's pin is gone or its callback lost. */
 TEST_F(race, stale_unpin_while_another_registration_pins)
 {
@@ -714,13 +744,16 @@ TEST_F(race, stale_unpin_while_another_registration_pins)
 	other = gpu_alloc(self->gpu, LEN, &other_handle);
 	ASSERT_NE(NULL, other);
 	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
-	hold_a_stale_unpin(_metadata, self, other, &r);
+	if (ours())
+		no_unpin_to_go_stale(_metadata, self, other, &r);
+	else
+		hold_a_stale_unpin(_metadata, self, other, &r);
 	/* The window was there: the other registration's pin got the torn-down table's address. */
 	EXPECT_LT(recycled, gpu_counter("recycled_pins"));
 	EXPECT_EQ(reused, gpu_counter("reused_put_pages"))
 		TH_LOG("a put_pages unpinned a pin made after it began: the other registration's");
-	if (ours()) {
-		/* The held put_pages found nothing (so did our work item's, after the callback). */
+	if (!ours()) {
+		/* The held put_pages found nothing. */
 		EXPECT_LT(stale, gpu_counter("stale_put_pages"));
 	}
 	other_registration_is_whole(_metadata, self, &r, other_handle);
@@ -736,8 +769,8 @@ TEST_F(race, stale_unpin_while_another_registration_pins)
  * process makes its persistent pin (acquire's) and gets the freed table's address. Had that pin
  * been made before the held put_pages goes on, the put_pages would unpin it and free its live
  * table (the stand-in's reused_put_pages and internal_put_pages; a use after free at that
- * registration's deregistration). peermem-rs takes N_PINS around its persistent pins as well, so
- * the acquire waits until the held put_pages has returned having found nothing. nvidia-peermem 550
+ * registration's deregistration). peermem-rs makes no such put_pages (`no_unpin_to_go_stale`; the
+ * client before N lingered took N_PINS around its persistent pins as well). nvidia-peermem 550
  * makes no persistent pin. */
 TEST_F(race, stale_unpin_while_another_registration_acquires)
 {
@@ -759,7 +792,7 @@ TEST_F(race, stale_unpin_while_another_registration_acquires)
 	ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/internal_object_pid", pid));
 	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_into_persistent", "1"));
 	ASSERT_EQ(0, write_text("/sys/kernel/debug/" NV "/recycle_freed_pins", "1"));
-	hold_a_stale_unpin(_metadata, self, other, &r);
+	no_unpin_to_go_stale(_metadata, self, other, &r);
 	/* The window was there: the other registration's persistent pin got the freed address. */
 	EXPECT_LT(recycled, gpu_counter("recycled_pins"));
 	EXPECT_EQ(reused, gpu_counter("reused_put_pages"))
@@ -837,12 +870,14 @@ TEST_F(race, device_removal_deregisters_then_the_owner_frees)
  * close of /dev/nvidiactl, or an exit that closes that file before the uverbs one), then
  * deregisters, then the server frees the memory. The client's put_pages finds no pin any more and
  * answers 0 while the pin stays armed (RM took only the pid out of the object's list), so a client
- * that takes that 0 for an unpin lets go of what the driver's callback still names. No window to
- * force: the three steps happen one after the other. */
+ * that takes that 0 for an unpin lets go of what the driver's callback still names. peermem-rs
+ * makes no put_pages of it: the registration lingers for the callback. No window to force: the
+ * three steps happen one after the other. */
 TEST_F(race, mps_client_leaves_then_deregisters_then_the_server_frees)
 {
-	long long unproven = client_stat("unproven_unpins");
+	long long lingering = client_stat("lingering");
 	long long departed = gpu_counter("departed_lookups");
+	unsigned long long unpins = passes(NV, "put_pages.before_lock");
 	char pid[16];
 	struct pmh_reg_mr mr;
 
@@ -851,14 +886,16 @@ TEST_F(race, mps_client_leaves_then_deregisters_then_the_server_frees)
 	ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/mps_departed_tgid", pid));
 	EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
 	EXPECT_EQ(0, pmh_counter("live_mrs"));
-	if (invalidating()) {
+	if (invalidating() && !ours()) {
 		/* The client's put_pages of its non-persistent pin looked in vain. */
 		EXPECT_LT(departed, gpu_counter("departed_lookups"));
 	}
 	if (ours() && invalidating()) {
-		/* Nothing proves the pin went: the registration, its module reference with it, stays
+		/* No put_pages, so no lookup: the registration, its module reference with it, lingers
 		 * for the callback. */
-		EXPECT_EQ(unproven + 1, client_stat("unproven_unpins"));
+		EXPECT_EQ(unpins, passes(NV, "put_pages.before_lock"));
+		EXPECT_EQ(departed, gpu_counter("departed_lookups"));
+		EXPECT_EQ(lingering + 1, client_stat("lingering"));
 		EXPECT_EQ(1, client_stat("live_registrations"));
 	}
 	/* The server frees the memory (the stand-in's owner file stands for it): the driver calls
@@ -869,18 +906,21 @@ TEST_F(race, mps_client_leaves_then_deregisters_then_the_server_frees)
 
 		EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
 		EXPECT_LT(0, client_stat("late_callbacks"));
+		EXPECT_EQ(lingering, client_stat("lingering"));
 	}
 }
 
-/* The window the proof leaves open (issue 22, item 1; docs/known-limits.md, "MPS"): the owner's
- * deregistration has proven it reaches its memory, and its RM client goes (its pid leaves the
- * server's P2P object) before its put_pages of N looks N up. put_pages finds nothing and answers
- * 0, N stays armed with our data, and the client as it is takes the 0 for the unpin: the
- * server's free then calls back a registration that is gone. Forced on both sides: the owner's
- * put_pages is held at its start, after the proof, while the leave happens. nvidia-peermem 550
- * makes no proof and takes the 0 the same way. The fix is designed and model-checked, not built
- * (docs/design-lingering-n.md): until it is, this window crashes the kernel with peermem-rs's
- * invalidating client, so only `windows.py --open-windows` runs it (RACE_OPEN_WINDOW=1). */
+/* The window a proof leaves open (issue 22, item 1): the owner's deregistration has proven it
+ * reaches its memory, and its RM client goes (its pid leaves the server's P2P object) before its
+ * put_pages of N looks N up. put_pages finds nothing and answers 0, N stays armed with the
+ * client's data, and a client that takes the 0 for the unpin lets the server's free call back a
+ * registration that is gone. Forced on nvidia-peermem's side: its put_pages held at its start
+ * while the leave happens; nvidia-peermem 550 takes the 0 so (a use after free under KASAN:
+ * docs/open-windows.md), so only `windows.py --open-windows` runs it for nvidia-peermem
+ * (RACE_OPEN_WINDOW=1). peermem-rs makes neither the proof nor the put_pages (its N lingers): the
+ * owner deregisters, leaves, and the server's free calls the lingering registration back; it runs
+ * in make check. (The client before N lingered proved and then unpinned: KASAN found the use
+ * after free here, docs/open-windows.md.) */
 TEST_F(race, mps_client_leaves_between_the_proof_and_its_unpin)
 {
 	struct dereg_arg d = { self->pmh };
@@ -890,26 +930,123 @@ TEST_F(race, mps_client_leaves_between_the_proof_and_its_unpin)
 
 	if (!invalidating())
 		SKIP(return, "not applicable: the persistent flavour has no pin the driver calls back");
-	if (!getenv("RACE_OPEN_WINDOW"))
-		SKIP(return, "not applicable in make check: the MPS window left open (docs/known-limits.md) crashes the kernel until the fix of docs/design-lingering-n.md is built (windows.py --open-windows runs it)");
+	if (!ours() && !getenv("RACE_OPEN_WINDOW"))
+		SKIP(return, "not applicable in make check: nvidia-peermem's MPS window crashes the kernel (windows.py --open-windows runs it)");
+	snprintf(pid, sizeof(pid), "%d", getpid());
 	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	if (ours()) {
+		unsigned long long unpins = passes(NV, "put_pages.before_lock");
+		unsigned long long pins = passes(NV, "get_pages_persistent.return");
+		long long lingering = client_stat("lingering");
+		long long late = client_stat("late_callbacks");
+		char why[256];
+
+		EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+		/* No proof (a persistent pin) and no put_pages: nothing for the leave to fall between. */
+		EXPECT_EQ(pins, passes(NV, "get_pages_persistent.return"));
+		EXPECT_EQ(unpins, passes(NV, "put_pages.before_lock"));
+		EXPECT_EQ(lingering + 1, client_stat("lingering"));
+		ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/mps_departed_tgid", pid));
+		/* The server frees the memory: the driver calls the lingering registration back. */
+		EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
+		EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
+		EXPECT_EQ(late + 1, client_stat("late_callbacks"));
+		EXPECT_EQ(lingering, client_stat("lingering"));
+		return;
+	}
 	d.mr = mr.handle;
 	race_gate(NV, "put_pages.before_lock", 0);
 	bg_call_start(&dc, do_dereg, &d);
 	ASSERT_LT(0, race_wait_held(NV, "put_pages.before_lock", HELD_MS));
-	/* The owner is past its proof; now its pid leaves the server's P2P object. */
-	snprintf(pid, sizeof(pid), "%d", getpid());
+	/* The owner is past its unpin's start; now its pid leaves the server's P2P object. */
 	ASSERT_EQ(0, write_text("/sys/module/" NV "/parameters/mps_departed_tgid", pid));
 	race_open(NV, "put_pages.before_lock");
 	EXPECT_EQ(0, bg_call_join(&dc));
 	EXPECT_EQ(0, pmh_counter("live_mrs"));
-	/* The server frees the memory: the driver calls back every pin of it, N included. */
+	/* The server frees the memory: the driver calls back every pin of it. */
 	EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
-	if (ours()) {
-		char why[256];
+}
 
-		EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
+/* Adoption (docs/design-lingering-n.md): the owner deregisters (peermem-rs's pin N lingers),
+ * then registers the same range again: its acquire takes the lingering registration over, with
+ * no new pin of that page, and the free's callback then invalidates the adopting MR. No window:
+ * the steps follow one another. nvidia-peermem has nothing to adopt (its deregistration unpinned)
+ * and pins anew. */
+TEST_F(race, a_registration_adopts_the_lingering_one_then_the_free_invalidates_it)
+{
+	long long adoptions = client_stat("adoptions");
+	long long lingering = client_stat("lingering");
+	long long callbacks = gpu_counter("free_callbacks");
+	unsigned long long pins;
+	struct pmh_reg_mr mr, mr2;
+	struct pmh_query_mr q;
+	char why[256];
+
+	if (!invalidating())
+		SKIP(return, "not applicable: the persistent flavour has no pin the driver calls back");
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	if (ours())
+		EXPECT_EQ(lingering + 1, client_stat("lingering"));
+	pins = passes(NV, "get_pages.return");
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr2));
+	if (ours()) {
+		EXPECT_EQ(adoptions + 1, client_stat("adoptions"));
+		EXPECT_EQ(lingering, client_stat("lingering"));
+		EXPECT_EQ(pins, passes(NV, "get_pages.return"))
+			TH_LOG("the registration pinned a page for the callback instead of adopting");
 	}
+	EXPECT_EQ(0, gpu_free(self->gpu, self->handle));
+	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
+	ASSERT_EQ(0, pmh_query(self->pmh, mr2.handle, &q, NULL, 0));
+	EXPECT_EQ(PMH_MR_INVALIDATED, q.state) TH_LOG("the adopting MR was not invalidated by the free");
+	EXPECT_EQ(0, pmh_dereg(self->pmh, mr2.handle));
+	EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
+}
+
+/* The free of a lingering registration's memory between the new registration's persistent pin
+ * and its look for a registration to adopt: the acquire held after its pin
+ * (get_pages_persistent.return), the free run to its end meanwhile (its callback claims the
+ * lingering registration's N under the lock the adoption looks under, and takes it off the list),
+ * then the acquire let go: it finds nothing to adopt, and its own pin of the callback page finds
+ * no memory any more, so the registration fails (the persistent pin it made kept the memory
+ * alive only for itself, and is unpinned). Fails if it adopts a registration whose N was called
+ * back (the adopted MR would never be invalidated). nvidia-peermem makes no persistent pin and
+ * adopts nothing. */
+TEST_F(race, free_between_the_pin_and_the_adoption)
+{
+	struct free_arg f = { self->gpu, self->handle };
+	long long adoptions = client_stat("adoptions");
+	long long lingering = client_stat("lingering");
+	long long late = client_stat("late_callbacks");
+	struct pmh_reg_mr mr;
+	struct bg_call c;
+	struct bg_reg r;
+	const char *where;
+	char why[256];
+
+	if (!invalidating())
+		SKIP(return, "not applicable: the persistent flavour has no pin the driver calls back");
+	if (!ours())
+		SKIP(return, "not applicable: nvidia-peermem makes no persistent pin and adopts nothing");
+	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
+	EXPECT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	EXPECT_EQ(lingering + 1, client_stat("lingering"));
+	race_gate(NV, "get_pages_persistent.return", 0);
+	bg_reg_start(&r, self->pmh, self->va, LEN, PMH_REG_WRITE);
+	ASSERT_LT(0, race_wait_held(NV, "get_pages_persistent.return", HELD_MS));
+	/* The free runs to its end: the lingering registration's callback, late. */
+	bg_call_start(&c, do_free, &f);
+	where = racer_arrived(&c.tid, &c.done);
+	EXPECT_STREQ("finished", where ? where : "(nowhere)")
+		TH_LOG("the free did not run to its end while the acquire was held; its stack:\n%s", stack_of(c.tid));
+	EXPECT_EQ(0, bg_call_join(&c));
+	EXPECT_EQ(late + 1, client_stat("late_callbacks"));
+	EXPECT_EQ(lingering, client_stat("lingering")) TH_LOG("the callback left it on the list");
+	race_open(NV, "get_pages_persistent.return");
+	EXPECT_NE(0, bg_reg_join(&r)) TH_LOG("registered memory that was freed");
+	EXPECT_EQ(adoptions, client_stat("adoptions")) TH_LOG("adopted a registration whose pin was called back");
+	EXPECT_TRUE(settled(why, sizeof(why))) TH_LOG("%s", why);
 }
 
 /* MLNX_OFED/DOCA-OFED up to 25.01 (the host stand-in's stop_notifier_before_25_04): a memory key

@@ -3,7 +3,9 @@
  * The fault-injection sweep: every nvidia_p2p_* call peermem-rs makes, and every allocation in
  * peermem-rs's own code on the path of a host or driver call, made to fail in turn, once each, in
  * a fixed scenario (register a two-page range, move data through it, deregister it; register a
- * second range, cudaFree its memory while it is live, deregister it). After each injection the
+ * second range, cudaFree its memory while it is live, deregister it; cudaFree the first range's
+ * memory, whose pin the invalidating client left lingering, and wait until every registration is
+ * gone, so that the work item's calls after that free are made while the injection is armed). After each injection the
  * scenario's process exits and everything must be back to zero: the host's MRs, the client's
  * registrations, pinned bytes and module references, and the NVIDIA stand-in's pins, tables, DMA
  * mappings and BAR1 (except the one thing the driver keeps on purpose: a persistent pin whose
@@ -41,11 +43,20 @@
 #define GPU_PAGE NVP2P_GPU_PAGE_SIZE
 #define MAX_NTH 64
 
-enum step { S_ALLOC, S_REG_A, S_DMA_A, S_DEREG_A, S_REG_B, S_FREE_B, S_DEREG_B, S_NR };
+enum step { S_ALLOC, S_REG_A, S_DMA_A, S_DEREG_A, S_REG_B, S_FREE_B, S_DEREG_B, S_FREE_A, S_NR };
 static const char *const step_names[S_NR] = {
 	"GPU allocation", "register 2 pages", "DMA write+read", "deregister", "register 1 page",
-	"cudaFree with it live", "deregister after the free",
+	"cudaFree with it live", "deregister after the free", "cudaFree after the deregistration",
 };
+
+/* Until peermem-rs holds no registration (its work item lets go after a free's callback), at most
+ * 5 s; the persistent client's are gone at their release already. */
+static void registrations_gone(void)
+{
+	for (int i = 0; i < 500 && mod_loaded("peermem_rs") &&
+			peermem_stat("live_registrations") > 0; i++)
+		usleep(10 * 1000);
+}
 
 static const char *const driver_fns[] = {
 	"get_pages", "get_pages_persistent", "put_pages", "put_pages_persistent", "dma_map_pages",
@@ -162,6 +173,10 @@ static void scenario(int slab_step, unsigned int slab_nth)
 				continue;
 			ret = pmh_dereg(pmh, reg_b.handle);
 			break;
+		case S_FREE_A:
+			ret = gpu_free(gpu, ha);
+			registrations_gone();
+			break;
 		}
 		out->ret[s] = ret;
 		if (s == slab_step) {
@@ -175,7 +190,7 @@ static void scenario(int slab_step, unsigned int slab_nth)
 		if (s == S_ALLOC && ret)
 			break;
 	}
-	if (va)
+	if (va && out->ret[S_FREE_A])
 		gpu_free(gpu, ha);
 	_exit(0);
 }

@@ -9,8 +9,8 @@
  *   holdreg N --kworker        then deregister them from the host's kworker: a task that is not
  *                              the owner, which cannot unpin an invalidating client's
  *                              non-persistent pin (it stays with the driver until the free)
- *   holdreg N --refuse-unpin   then deregister them from this task with the driver refusing the
- *                              first nvidia_p2p_put_pages (the NVIDIA stand-in's inject)
+ *   holdreg N --owner          then deregister them from this task, the owner: an invalidating
+ *                              client's non-persistent pin lingers with the driver until the free
  *
  * Exit status 0 when every step did what it says, 1 otherwise.
  */
@@ -28,13 +28,13 @@ int main(int argc, char **argv)
 {
 	unsigned int n = argc > 1 ? strtoul(argv[1], NULL, 0) : 0, live = 0, dereg = 0, failed = 0;
 	int kworker = argc > 2 && !strcmp(argv[2], "--kworker");
-	int refuse = argc > 2 && !strcmp(argv[2], "--refuse-unpin");
+	int owner = argc > 2 && !strcmp(argv[2], "--owner");
 	__u64 gpu_handle, *mr;
 	int gpu, pmh, ret = 0, ret_free;
 	char *va, c;
 
 	if (!n || n > 4096) {
-		fprintf(stderr, "usage: holdreg N [--kworker|--refuse-unpin]\n");
+		fprintf(stderr, "usage: holdreg N [--kworker|--owner]\n");
 		return 2;
 	}
 	gpu = gpu_open();
@@ -62,11 +62,7 @@ int main(int argc, char **argv)
 		}
 		mr[live++] = reg.handle;
 	}
-	if (refuse && write_text(GPU_DEBUGFS "/inject", "put_pages 1 -5")) {
-		fprintf(stderr, "holdreg: cannot arm the put_pages failure\n");
-		ret = 1;
-	}
-	if (kworker || refuse) {
+	if (kworker || owner) {
 		for (unsigned int i = 0; i < live; i++) {
 			int r = kworker ? pmh_dereg_ex(pmh, mr[i], PMH_DEREG_KWORKER)
 					: pmh_dereg(pmh, mr[i]);
@@ -79,7 +75,6 @@ int main(int argc, char **argv)
 			}
 		}
 		live -= dereg;
-		write_text(GPU_DEBUGFS "/inject", "clear");
 	}
 	printf("held %u live, %u deregistered, %u failed\n", live, dereg, failed);
 	fflush(stdout);

@@ -5,8 +5,9 @@
 #     client);
 #   - the invalidating client (persistent_api_support=0): rmmod is refused while a non-persistent
 #     pin is left with the driver because a foreign task (the host's kworker) deregistered it and
-#     could not unpin it, and while a pin whose unpin the driver refused (injected put_pages
-#     failure) waits for its free callback; rmmod succeeds once the owner frees the memory;
+#     could not unpin it, and while the pins of registrations the owner deregistered linger (no
+#     pin N is ever unpinned by peermem-rs) until their free callbacks; rmmod succeeds once the
+#     owner frees the memory;
 #   - 100 load/unload cycles of peermem-rs through its configurations, a registration made and
 #     ended in every tenth, the stand-ins' live counters zero at the end and the stand-ins unloading
 #     with nothing left to free.
@@ -18,7 +19,7 @@ ko=$PEERMEM_MODULES/peermem_rs.ko
 stat() { sed -n "s/^$1 //p" /sys/kernel/debug/peermem_rs/stats; }
 refcnt() { cat /sys/module/peermem_rs/refcnt 2>/dev/null; }
 
-# hold N [--kworker|--refuse-unpin]: starts holdreg, waits for its line; its stdin is fd 3.
+# hold N [--kworker|--owner]: starts holdreg, waits for its line; its stdin is fd 3.
 hold() {
 	rm -f /tmp/holdreg.in /tmp/holdreg.out
 	mkfifo /tmp/holdreg.in
@@ -40,6 +41,11 @@ release() {
 	rc=$?
 	rm -f /tmp/holdreg.in
 	return $rc
+}
+
+# none_lingering: no registration of peermem_rs lingers.
+none_lingering() {
+	[ "$(stat lingering)" = 0 ]
 }
 
 # rmmod_refused: peermem_rs has references and rmmod leaves it loaded.
@@ -80,7 +86,7 @@ if [ ! -x ./holdreg ] || [ ! -r "$ko" ]; then
 fi
 
 ktap_print_header
-ktap_set_plan 14
+ktap_set_plan 15
 kmsg_mark "peermem-unload: begin"
 
 # 1. The persistent client: live registrations hold the module.
@@ -101,15 +107,16 @@ check "invalidating: rmmod refused while the driver holds them (refcnt $(refcnt)
 check "invalidating: the owner frees and exits cleanly" release
 check "invalidating: rmmod succeeds after the free callbacks" rmmod_after
 
-# 3. The invalidating client, the driver refusing an unpin.
+# 3. The invalidating client, deregistered by the owner: each pin N lingers until the free.
 insmod "$ko" persistent_api_support=0
-hold 4 --refuse-unpin
-failures=$(stat unpin_failures)
-check "invalidating: driver refused $failures unpin(s)" \
-	both grep -q "deregistered" /tmp/holdreg.out -- [ "${failures:-0}" -ge 1 ]
-check "invalidating: rmmod refused while the refused pin waits (refcnt $(refcnt))" rmmod_refused
-release
-check "invalidating: rmmod succeeds after the free callback" rmmod_after
+hold 4 --owner
+lingering=$(stat lingering)
+check "invalidating: 4 deregistered by the owner, $lingering lingering" \
+	both grep -q "^held 0 live, 4 deregistered" /tmp/holdreg.out -- [ "${lingering:-0}" = 4 ]
+check "invalidating: rmmod refused while they linger (refcnt $(refcnt))" rmmod_refused
+check "invalidating: the owner frees and exits cleanly, nothing left lingering" \
+	both release -- none_lingering
+check "invalidating: rmmod succeeds after the free callbacks" rmmod_after
 
 # 4. 100 load/unload cycles through the configurations; every tenth with a registration.
 cycles_ok=0
