@@ -1350,6 +1350,21 @@ mod tests {
         r
     }
 
+    /// The free's callback of a registration the host has released, its N left to the driver:
+    /// it claims N (the registration no longer lingers), leaves the host alone and hands the
+    /// driver's reference to the work item, which waits for the teardown to be over, then drops it.
+    fn late_callback_lets_go(r: &mut Registration) {
+        assert!(r.begin_callback());
+        assert!(!r.lingers());
+        let (steps, _) = run(r, Actor::Callback, ok);
+        assert_eq!(
+            steps,
+            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
+        );
+        assert_eq!(work(r), [Op::DriverBarrier]);
+        assert!(r.quiescent());
+    }
+
     /// Runs the work item if it is queued.
     fn work(r: &mut Registration) -> Vec<Op> {
         assert!(r.work_pending(), "no work queued: {r:?}");
@@ -1390,15 +1405,7 @@ mod tests {
         assert!(r.driver_holds_ref());
         assert!(!r.quiescent());
         // The free calls N back: late, the host left alone; the work item lets go.
-        assert!(r.begin_callback());
-        assert!(!r.lingers());
-        let (steps, _) = run(&mut r, Actor::Callback, ok);
-        assert_eq!(
-            steps,
-            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
-        );
-        assert_eq!(work(&mut r), [Op::DriverBarrier]);
-        assert!(r.quiescent());
+        late_callback_lets_go(&mut r);
     }
 
     #[test]
@@ -1424,15 +1431,7 @@ mod tests {
         assert!(r.driver_holds_ref());
         assert!(!r.quiescent());
         // The owner frees the memory: the callback leaves the host alone and lets go.
-        assert!(r.begin_callback());
-        let (steps, _) = run(&mut r, Actor::Callback, ok);
-        assert_eq!(
-            steps,
-            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
-        );
-        // The work item waits for the teardown to be over, then drops the reference.
-        assert_eq!(work(&mut r), [Op::DriverBarrier]);
-        assert!(r.quiescent());
+        late_callback_lets_go(&mut r);
     }
 
     /// A registration of the owner whose N was left to the driver at deregistration (here by a
@@ -1708,14 +1707,7 @@ mod tests {
         host(&mut r, HostCall::Release, OWNER);
         assert!(!r.quiescent());
         // The server frees the memory: the callback comes, late, and the work item lets go.
-        assert!(r.begin_callback());
-        let (steps, _) = run(&mut r, Actor::Callback, ok);
-        assert_eq!(
-            steps,
-            [Step::Note(Event::LateCallback), Step::HandDriverRefToWork]
-        );
-        assert_eq!(work(&mut r), [Op::DriverBarrier]);
-        assert!(r.quiescent());
+        late_callback_lets_go(&mut r);
     }
 
     #[test]

@@ -631,6 +631,25 @@ TEST_F(race, deregistration_while_the_teardown_frees)
 	EXPECT_EQ(0, bg_call_join(&dc));
 }
 
+/* cudaFree of the fixture's memory, which must run to its end while another task is held at
+ * @held. 1 when it did (and was joined); 0, logged, when it came to a lock or did not return. */
+static int free_to_its_end(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
+			   const char *held)
+{
+	struct free_arg f = { self->gpu, self->handle };
+	struct bg_call c;
+	const char *where;
+
+	bg_call_start(&c, do_free, &f);
+	where = racer_arrived(&c.tid, &c.done);
+	if (!where || strcmp(where, "finished")) {
+		TH_LOG("the free did not run to its end while %s was held (%s); its stack:\n%s", held,
+		       where ? where : "nowhere", stack_of(c.tid));
+		return 0;
+	}
+	return bg_call_join(&c) == 0;
+}
+
 /* The stale-unpin windows' common part: a registration of the fixture's memory, its
  * deregistration's put_pages held before the driver's API lock, cudaFree of that memory run to its
  * end (our callback, then the pin's table freed and, with the stand-in's recycle_freed_pins, kept
@@ -639,11 +658,10 @@ TEST_F(race, deregistration_while_the_teardown_frees)
 static void hold_a_stale_unpin(struct __test_metadata *_metadata, FIXTURE_DATA(race) *self,
 			       uint8_t *other, struct bg_reg *r)
 {
-	struct free_arg f = { self->gpu, self->handle };
 	struct dereg_arg d = { self->pmh };
 	long long callbacks = gpu_counter("free_callbacks");
 	struct pmh_reg_mr mr;
-	struct bg_call c, dc;
+	struct bg_call dc;
 	const char *where;
 
 	ASSERT_EQ(0, pmh_reg(self->pmh, self->va, LEN, PMH_REG_WRITE, &mr));
@@ -652,11 +670,7 @@ static void hold_a_stale_unpin(struct __test_metadata *_metadata, FIXTURE_DATA(r
 	bg_call_start(&dc, do_dereg, &d);
 	ASSERT_LT(0, race_wait_held(NV, "put_pages.before_lock", HELD_MS));
 	/* The free runs to its end: the callback, then the table freed (and kept for the next pin). */
-	bg_call_start(&c, do_free, &f);
-	where = racer_arrived(&c.tid, &c.done);
-	ASSERT_STREQ("finished", where ? where : "(nowhere)")
-		TH_LOG("the free did not run to its end while the put_pages was held; its stack:\n%s", stack_of(c.tid));
-	EXPECT_EQ(0, bg_call_join(&c));
+	ASSERT_TRUE(free_to_its_end(_metadata, self, "the put_pages"));
 	EXPECT_EQ(callbacks + 1, gpu_counter("free_callbacks"));
 	/* The other registration pins now, or waits until the held put_pages has returned. */
 	bg_reg_start(r, self->pmh, other, LEN, PMH_REG_WRITE);
@@ -1015,14 +1029,11 @@ TEST_F(race, a_registration_adopts_the_lingering_one_then_the_free_invalidates_i
  * adopts nothing. */
 TEST_F(race, free_between_the_pin_and_the_adoption)
 {
-	struct free_arg f = { self->gpu, self->handle };
 	long long adoptions = client_stat("adoptions");
 	long long lingering = client_stat("lingering");
 	long long late = client_stat("late_callbacks");
 	struct pmh_reg_mr mr;
-	struct bg_call c;
 	struct bg_reg r;
-	const char *where;
 	char why[256];
 
 	if (!invalidating())
@@ -1036,11 +1047,7 @@ TEST_F(race, free_between_the_pin_and_the_adoption)
 	bg_reg_start(&r, self->pmh, self->va, LEN, PMH_REG_WRITE);
 	ASSERT_LT(0, race_wait_held(NV, "get_pages_persistent.return", HELD_MS));
 	/* The free runs to its end: the lingering registration's callback, late. */
-	bg_call_start(&c, do_free, &f);
-	where = racer_arrived(&c.tid, &c.done);
-	EXPECT_STREQ("finished", where ? where : "(nowhere)")
-		TH_LOG("the free did not run to its end while the acquire was held; its stack:\n%s", stack_of(c.tid));
-	EXPECT_EQ(0, bg_call_join(&c));
+	ASSERT_TRUE(free_to_its_end(_metadata, self, "the acquire"));
 	EXPECT_EQ(late + 1, client_stat("late_callbacks"));
 	EXPECT_EQ(lingering, client_stat("lingering")) TH_LOG("the callback left it on the list");
 	race_open(NV, "get_pages_persistent.return");
