@@ -31,8 +31,7 @@
 //!    any task). The invalidating flavour takes, in addition, a non-persistent pin N of the
 //!    range's first GPU page, whose only use is the free callback that tells us the memory is
 //!    going away (RM calls back every pin of an allocation at once, and a registration lies in one
-//!    allocation); N's table is never read and only ever passed back to `nvidia_p2p_put_pages`
-//!    as a lookup key.
+//!    allocation); N's table is never read, and never handed back to the driver (rule 2).
 //! 2. `nvidia_p2p_put_pages` finds N only among the pins of the calling process (the tgid) and
 //!    answers 0 also when it found nothing. From a task other than the owner's it finds nothing;
 //!    and even the owner's 0 proves nothing: "the calling process" is the set of P2P objects whose
@@ -224,8 +223,9 @@ impl Op {
     }
 
     /// Was this call made only if, asked again under `N_PINS`, [`Registration::still_to_make`]
-    /// still said so ([`NRelease::ProveThenUnpin`] only)? The two that a free callback makes pointless or unsafe: the unpin names N's
-    /// table, which the driver frees when the callback returns; the proof is for that unpin.
+    /// still said so ([`NRelease::ProveThenUnpin`] only)? The two that a free callback makes
+    /// pointless or unsafe: the unpin names N's table, which the driver frees when the callback
+    /// returns; the proof is for that unpin.
     pub fn asked_again(self) -> bool {
         matches!(self, Op::UnpinN | Op::ProveUnpinN)
     }
