@@ -21,9 +21,10 @@
 //! and is held only to read or update them (no call into the driver, the host or the allocator is
 //! made under it; the SG entries are copied into the host's table under it, a plain store). It is
 //! the innermost lock: it nests inside the NVIDIA driver's RM API lock (held by the teardown while
-//! it runs our free callback) and the host's per-MR mapping lock (held around our get_pages,
-//! dma_map and a legacy host's dma_unmap/put_pages), and nothing is taken inside it (the providers'
-//! locks: docs/provider-facts.md, [NV-API-LOCK, NV-TEARDOWN, OFED-MAPPING-LOCK, OFED-INVALIDATE]).
+//! it runs our free callback), the host's per-MR mapping lock (held around our get_pages,
+//! dma_map and a legacy host's dma_unmap/put_pages) and our `LINGERING`, and nothing is taken
+//! inside it (the providers' locks: docs/provider-facts.md, [NV-API-LOCK, NV-TEARDOWN,
+//! OFED-MAPPING-LOCK, OFED-INVALIDATE]).
 //!
 //! # Lingering registrations
 //!
