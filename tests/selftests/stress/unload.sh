@@ -116,7 +116,7 @@ check "invalidating: 4 deregistered by the owner, $lingering lingering" \
 check "invalidating: rmmod refused while they linger (refcnt $(refcnt))" rmmod_refused
 check "invalidating: the owner frees and exits cleanly, nothing left lingering" \
 	both release -- none_lingering
-check "invalidating: rmmod succeeds after the free callbacks" rmmod_after
+check "invalidating: rmmod succeeds once nothing lingers" rmmod_after
 
 # 4. 100 load/unload cycles through the configurations; every tenth with a registration.
 cycles_ok=0
