@@ -45,6 +45,7 @@
 //! none of it reads a clock.
 
 use core::ops::DerefMut;
+use core::ptr::NonNull;
 
 use kernel::bindings;
 use kernel::prelude::*;
@@ -103,9 +104,27 @@ struct Inner {
     sg: Option<SgEntries>,
     /// On the list of lingering registrations (`LINGERING`)? Written only under that lock.
     listed: bool,
-    /// The next registration on that list, whose reference it is. Written only under that lock.
-    next_lingering: Option<Arc<RegCtx>>,
+    /// Its neighbours on that list. Written only under that lock.
+    lingering: Links,
 }
+
+/// A registration's neighbours on the list of lingering registrations (`LINGERING`), both empty
+/// when it is not on it.
+///
+/// # Invariants
+///
+/// Written only with `LINGERING` held. While the registration is listed, `prev` points to the
+/// listed registration before it (`None`: it is the head), whose `next` holds the reference to
+/// this one; `next` holds the reference to the registration after it.
+#[derive(Default)]
+struct Links {
+    next: Option<Arc<RegCtx>>,
+    prev: Option<NonNull<RegCtx>>,
+}
+
+// SAFETY: `prev` is a pointer to a registration (which is `Sync`), followed only with
+// `LINGERING` held (the type's invariants), from whichever task holds it.
+unsafe impl Send for Links {}
 
 /// One registration.
 #[pin_data]
@@ -184,14 +203,17 @@ fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Option<Arc<RegCtx
 
 // Lock rules of `LINGERING`, the list of lingering registrations.
 //
-// What: the head of a singly linked list of the registrations the host has released whose N the
-// driver still holds, not yet called back (`Registration::lingers`); each link
-// (`Inner::next_lingering`) holds a reference, and `Inner::listed` says a registration is on it.
+// What: the head of a doubly linked list of the registrations the host has released whose N the
+// driver still holds, not yet called back (`Registration::lingers`); each forward link (the head,
+// `Links::next`) holds a reference, each backward one (`Links::prev`) is a pointer, and
+// `Inner::listed` says a registration is on it. Taking one off is O(1): the free callback does it
+// under the driver's API lock, and a teardown calls back every pin of an allocation (or of a P2P
+// object) in one hold of that lock.
 // Why a list of our own: a registration that adopts needs one of the same process and GPU page
 // (`Registration::adoptable`), and the driver gives no lookup of our pins.
 //
-// Protects: the head, and every registration's `listed` and `next_lingering`, which are written
-// only with this lock held (under the registration lock as well: they live in `Inner`).
+// Protects: the head, and every registration's `listed` and `lingering`, which are written only
+// with this lock held (under the registration lock as well: they live in `Inner`).
 // Who takes it: release, to list its registration if it lingers (`list_if_lingering`); acquire,
 // after its persistent pin, to look for a registration to adopt (`adopt_lingering`); the free
 // callback, around its claim of N (`Registration::begin_callback`), to take its registration off
@@ -200,10 +222,11 @@ fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Option<Arc<RegCtx
 // registration's N is still armed, and its driver reference still held.
 //
 // Under it: the registration locks (one at a time, each taken and dropped), the state machine's
-// questions and `adopt`, and moving or dropping list references that are never the last: the
-// one in a link goes to the host (adoption) or is dropped while the driver still holds its own
-// (the callback's claim); the clones made to walk the list are of listed registrations. No
-// driver or host call, no allocation, no sleep but for this lock itself.
+// questions and `adopt`, and moving list references or dropping clones that are never the last:
+// the reference a link held goes to the host (adoption) or is dropped by the callback after it
+// let go of this lock, while the driver still holds its own (`claim`); the clones made to walk
+// the list are of listed registrations. No driver or host call, no allocation, no sleep but for
+// this lock itself. Acquire's look for a registration to adopt walks the whole list.
 //
 // Order: the driver's RM API lock (held around our free callback) -> `LINGERING` ->
 // registration lock. The host's `peer_memory_mutex` (acquire) and whatever the host holds around
@@ -544,32 +567,26 @@ fn host_call(
 /// Takes `ctx` off the list of lingering registrations if it is on it (`LINGERING` held, as
 /// `head`), and gives back the reference its link held.
 fn unlink(head: &mut Option<Arc<RegCtx>>, ctx: &RegCtx, t: Timing) -> Option<Arc<RegCtx>> {
-    let is_ctx = |r: Option<&RegCtx>| r.is_some_and(|r| core::ptr::eq(r, ctx));
-    if !ctx.lock(t).listed {
-        return None;
-    }
-    // The link that holds `ctx`: the head, or the `next_lingering` of the registration before it.
-    let mut before: Option<Arc<RegCtx>> = None;
-    if !is_ctx(head.as_deref()) {
-        let mut cur = head.clone();
-        while let Some(c) = cur {
-            let next = c.lock(t).next_lingering.clone();
-            if is_ctx(next.as_deref()) {
-                before = Some(c);
-                break;
-            }
-            // `c` goes: a clone of a listed registration, never its last reference.
-            cur = next;
-        }
-    }
-    let after = {
+    let Links { next, prev } = {
         let mut g = ctx.lock(t);
+        if !g.listed {
+            return None;
+        }
         g.listed = false;
-        g.next_lingering.take()
+        core::mem::take(&mut g.lingering)
     };
-    let link = match before {
-        Some(b) => core::mem::replace(&mut b.lock(t).next_lingering, after),
-        None => core::mem::replace(head, after),
+    if let Some(n) = &next {
+        n.lock(t).lingering.prev = prev;
+    }
+    let link = match prev {
+        Some(p) => {
+            // SAFETY: by `Links`' invariants, with `LINGERING` held by the caller: `p` is the
+            // registration before `ctx` on the list, listed, so alive (the list holds a reference
+            // to it), and it stays listed until this returns.
+            let p = unsafe { p.as_ref() };
+            core::mem::replace(&mut p.lock(t).lingering.next, next)
+        }
+        None => core::mem::replace(head, next),
     };
     stats::lingering_unlisted();
     link
@@ -579,13 +596,24 @@ fn unlink(head: &mut Option<Arc<RegCtx>>, ctx: &RegCtx, t: Timing) -> Option<Arc
 fn list_if_lingering(ctx: &Arc<RegCtx>, t: Timing) {
     let mut head = lock_lingering(t);
     {
-        let mut g = ctx.lock(t);
+        let g = ctx.lock(t);
         if g.listed || !t.time(timing::Step::StateMachine, || g.state.lingers()) {
             return;
         }
+    }
+    // It stays lingering meanwhile: a callback's claim, or an adoption, needs `LINGERING`.
+    let old = head.take();
+    if let Some(o) = &old {
+        o.lock(t).lingering.prev = Some(NonNull::from(&**ctx));
+    }
+    {
+        let mut g = ctx.lock(t);
         g.listed = true;
-        // Not listed: its link was empty, so nothing is dropped under the lock.
-        g.next_lingering = head.take();
+        // Not listed: its links were empty, so nothing is dropped under the lock.
+        g.lingering = Links {
+            next: old,
+            prev: None,
+        };
     }
     *head = Some(ctx.clone());
     stats::lingering_listed();
@@ -615,7 +643,7 @@ fn adopt_lingering(
                 // that would claim N waits for `LINGERING` and then finds it adopted.
                 return Ok(unlink(&mut head, &c, t).unwrap_or(c));
             }
-            g.next_lingering.clone()
+            g.lingering.next.clone()
         };
         // `c` goes: a clone of a listed registration, never its last reference.
         cur = next;
@@ -685,7 +713,7 @@ impl PeerClient for RegCtx {
                         driver_ref: None,
                         sg: None,
                         listed: false,
-                        next_lingering: None,
+                        lingering: Links::default(),
                     }),
                     work <- new_work!("RegCtx::work"),
                     _module: module,

@@ -229,8 +229,9 @@ impl DmaMapping {
 ///
 /// `data` must be the pointer of a [`ForeignRef<T>`] ([`ForeignRef::as_ptr`]), and that `T` must
 /// stay alive (by that reference or another) until the driver can no longer call back: until
-/// this call failed (the driver keeps no pin then), or until the callback has returned. The pin
-/// is never unpinned by us: the driver keeps it until its teardown calls back.
+/// this call failed (the driver keeps no callback then: it arms the callback last, and unwinds
+/// what it made before), or until the callback has returned. The pin is never unpinned by us: the
+/// driver keeps it until its teardown calls back.
 pub(crate) unsafe fn get_pages<T: FreeCallback>(
     range: GpuRange,
     data: *mut c_void,
