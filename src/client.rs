@@ -228,6 +228,12 @@ fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Option<Arc<RegCtx
 // the list are of listed registrations. No driver or host call, no allocation, no sleep but for
 // this lock itself. Acquire's look for a registration to adopt walks the whole list.
 //
+// The free callback may sleep here: RM calls it in process context (CliDelThirdPartyP2PVidmemInfo,
+// 595.45.04 src/nvidia/src/kernel/gpu/bus/third_party_p2p.c:556-582, under the API lock), and that
+// lock is a sleeping rwlock whose acquire refuses a context that cannot sleep
+// (os_acquire_rwlock_write, 550.163.01 kernel-open/nvidia/os-interface.c:311-320); MLNX's
+// invalidate, which the callback calls, takes a mutex there already [OFED-INVALIDATE].
+//
 // Order: the driver's RM API lock (held around our free callback) -> `LINGERING` ->
 // registration lock. The host's `peer_memory_mutex` (acquire) and whatever the host holds around
 // release come before it; no holder of `LINGERING` waits for anything else, so a teardown that
@@ -682,17 +688,21 @@ impl PeerClient for RegCtx {
             return no(Errno::EINVAL, Cause::UnknownLayout);
         }
         let tgid = kapi::current_tgid();
+        // A registration holding P: adopted or new.
+        let acquired = || {
+            t.time(timing::Step::Stats, || {
+                stats::pinned(range.len());
+                stats::acquired();
+            })
+        };
         let p = match link.flavour() {
             Flavour::Invalidating => match adopt_lingering(range, tgid, p, t) {
                 Ok(ctx) => {
                     // The adopted registration holds a module reference of its own: this one
                     // goes, and is not the last.
                     drop(module);
-                    t.time(timing::Step::Stats, || {
-                        stats::pinned(range.len());
-                        stats::acquired();
-                        stats::adopted();
-                    });
+                    acquired();
+                    t.time(timing::Step::Stats, stats::adopted);
                     return Some(ctx);
                 }
                 Err(p) => p,
@@ -727,10 +737,7 @@ impl PeerClient for RegCtx {
         };
         // Nobody else knows the registration yet.
         ctx.lock(t).p = Some(p);
-        t.time(timing::Step::Stats, || {
-            stats::pinned(range.len());
-            stats::acquired();
-        });
+        acquired();
         Some(ctx)
     }
 
