@@ -10,6 +10,8 @@
  *   bench latency-plain LABEL RUNS SIZE...  reg/dereg latency, the calls back to back
  *   bench latency LABEL RUNS SIZE...        the same with the provider's calls and time, read
  *                                           from its debugfs counters around each call
+ *   bench latency-first LABEL RUNS SIZE...  as latency-plain, but each run on memory never
+ *                                           registered before (a first registration)
  *   bench invalidation LABEL RUNS SIZE...   cudaFree to the NIC's memory key revoked
  *   bench throughput LABEL SECONDS SIZE THREADS...   registrations per second
  *   bench memory LABEL N SIZE               kernel memory per live registration, cache by cache
@@ -17,6 +19,10 @@
  *
  * Records (space-separated, first word the kind):
  *   latp LABEL SIZE RUN REG_NS DEREG_NS
+ *   latf LABEL SIZE RUN REG_NS DEREG_NS     (latency-first)
+ *   latfc LABEL SIZE CYCLES cycles C*6 N*6 MODEL   (latency-first: the provider's calls over all
+ *       its CYCLES registrations and deregistrations of one size, warm-up included, read before
+ *       the first and after the last, so that no reading falls between two timed calls)
  *   lat LABEL SIZE RUN REG_NS DEREG_NS reg C*6 N*6 MODEL dereg C*6 N*6 MODEL
  *       C: calls of get_pages, get_pages_persistent, put_pages, put_pages_persistent,
  *       dma_map_pages, dma_unmap_pages during the registration (reg) or the deregistration
@@ -426,6 +432,56 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 	close(gpu);
 }
 
+/*
+ * Each run registers memory never registered before: run k takes the k-th piece of one allocation
+ * of as many pieces as runs. latency() registers one buffer again and again, as a registration
+ * cache does when it evicts and re-registers; there peermem-rs's invalidating client adopts the
+ * registration that the deregistration before left lingering with its notification pin
+ * (docs/design-lingering-n.md) and pins once. Here no registration lingers on a piece, so each
+ * run pays for a first registration: both pins. The pieces' lingering registrations stay until
+ * the free at the end, as an application's would.
+ */
+static void latency_first(const char *label, int runs, char **sizes, int nsizes)
+{
+	int gpu, pmh = open_both(&gpu);
+
+	for (int s = 0; s < nsizes; s++) {
+		uint64_t size = parse_size(sizes[s]);
+		struct provider p0, p1, d;
+		struct gpu_buf b;
+
+		if (!size || runs <= 0)
+			fatal("not a size: %s", sizes[s]);
+		buf_alloc(&b, gpu, size * (uint64_t)(runs + WARMUP));
+		provider_read(&p0);
+		for (int run = -WARMUP; run < runs; run++) {
+			const char *va = b.va + (size_t)(run + WARMUP) * size;
+			uint64_t t0, t1, t2, t3;
+			__u64 h;
+
+			t0 = now_ns();
+			h = reg(pmh, va, size);
+			t1 = now_ns();
+			t2 = now_ns();
+			dereg(pmh, h);
+			t3 = now_ns();
+			if (run >= 0)
+				printf("latf %s %llu %d %llu %llu\n", label, (unsigned long long)size, run,
+				       (unsigned long long)(t1 - t0), (unsigned long long)(t3 - t2));
+		}
+		provider_read(&p1);
+		d = provider_delta(&p0, &p1);
+		printf("latfc %s %llu %d cycles", label, (unsigned long long)size, runs + WARMUP);
+		provider_print(&d);
+		printf("\n");
+		fflush(stdout);
+		buf_free(&b);
+		check_clear("first-registration latency");
+	}
+	close(pmh);
+	close(gpu);
+}
+
 static void invalidation(const char *label, int runs, char **sizes, int nsizes)
 {
 	int gpu, pmh = open_both(&gpu);
@@ -800,6 +856,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: bench latency LABEL RUNS SIZE...\n"
 		"       bench latency-plain LABEL RUNS SIZE...\n"
+		"       bench latency-first LABEL RUNS SIZE...\n"
 		"       bench invalidation LABEL RUNS SIZE...\n"
 		"       bench throughput LABEL SECONDS SIZE THREADS...\n"
 		"       bench memory LABEL N SIZE\n"
@@ -818,6 +875,8 @@ int main(int argc, char **argv)
 		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4, true);
 	else if (!strcmp(argv[1], "latency-plain"))
 		latency(argv[2], atoi(argv[3]), argv + 4, argc - 4, false);
+	else if (!strcmp(argv[1], "latency-first"))
+		latency_first(argv[2], atoi(argv[3]), argv + 4, argc - 4);
 	else if (!strcmp(argv[1], "invalidation"))
 		invalidation(argv[2], atoi(argv[3]), argv + 4, argc - 4);
 	else if (!strcmp(argv[1], "throughput") && argc >= 6)

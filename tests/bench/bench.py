@@ -132,6 +132,7 @@ block() {{
     nv) insmod $M/nvidia-peermem.ko || fail "insmod nvidia-peermem" ;;
   esac
   $B latency-plain $L {runs} {sizes} >> $out || fail "latency $L"
+  $B latency-first $L {runs} {first_sizes} >> $out || fail "first-registration latency $L"
   # peermem-rs's step accounting only while counted: the back-to-back runs above go without it.
   [ -e $T ] && {{ echo 1 > $T || fail "time_accounting on"; }}
   $B latency $L {counted_runs} {sizes} >> $out || fail "counted latency $L"
@@ -269,7 +270,7 @@ def seed_of(*key):
 def parse(text, boot=0):
     """One boot's raw records into dicts, each with its boot and block. Malformed lines are an
     error."""
-    out = {k: [] for k in ("lat", "latp", "inv", "tput", "mem", "slab", "steps", "blk")}
+    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "inv", "tput", "mem", "slab", "steps", "blk")}
     block = 0
     for n, line in enumerate(text.splitlines(), 1):
         f = line.split()
@@ -291,10 +292,14 @@ def parse(text, boot=0):
                     r[phase + "_fn_ns"] = [int(x) for x in f[at + 6:at + 12]]
                     r[phase + "_model_ns"] = int(f[at + 12])
                 out["lat"].append(r)
-            elif f[0] == "latp":
+            elif f[0] in ("latp", "latf"):
                 assert len(f) == 6, "field layout"
-                out["latp"].append(dict(base, size=int(f[2]), run=int(f[3]), reg_ns=int(f[4]),
+                out[f[0]].append(dict(base, size=int(f[2]), run=int(f[3]), reg_ns=int(f[4]),
                                         dereg_ns=int(f[5])))
+            elif f[0] == "latfc":
+                assert f[4] == "cycles" and len(f) == 18, "field layout"
+                out["latfc"].append(dict(base, size=int(f[2]), cycles=int(f[3]),
+                                         calls=[int(x) for x in f[5:11]]))
             elif f[0] == "inv":
                 assert f[5] == "free" and len(f) == 19, "field layout"
                 out["inv"].append(dict(base, size=int(f[2]), ns=int(f[4]),
@@ -368,10 +373,11 @@ def save_data(path, meta, boots):
 PHASES = ("reg", "dereg")
 
 
-def latency_groups(data, boots):
-    """(client, cost, size, phase) -> {boot: [ns, ...]} from the back-to-back runs."""
+def latency_groups(data, boots, kind="latp"):
+    """(client, cost, size, phase) -> {boot: [ns, ...]} from the back-to-back runs (`kind` latp:
+    one buffer registered again and again; latf: each run a first registration)."""
     g = {}
-    for r in data["latp"]:
+    for r in data.get(kind, []):
         if r["boot"] in boots:
             for phase in PHASES:
                 g.setdefault((r["client"], r["cost"], r["size"], phase), {}).setdefault(
@@ -672,19 +678,21 @@ def report(data, meta, boots):
     accs = set(acc)
     sizes = sorted({r["size"] for r in data["latp"]})
     lat = latency_groups(data, accs)
+    first = latency_groups(data, accs, "latf")
+    first_sizes = sorted({r["size"] for r in data.get("latf", [])})
     missed = []
 
-    def groups(*keys):
-        return [tuple(lat[k][b] for k in keys) for b in acc]
+    def groups(*keys, src=lat):
+        return [tuple(src[k][b] for k in keys) for b in acc]
 
     def fig_abs(client, cost, size, phase):
         return Figure(groups((client, cost, size, phase)), median, seed_of(client, cost, size, phase))
 
-    def fig_ratio(client, cost, size, phase):
-        if (client, cost, size, phase) not in lat or ("nv", cost, size, phase) not in lat:
+    def fig_ratio(client, cost, size, phase, src=lat):
+        if (client, cost, size, phase) not in src or ("nv", cost, size, phase) not in src:
             return None
-        return Figure(groups((client, cost, size, phase), ("nv", cost, size, phase)), ratio_of_medians,
-                      seed_of(client, "nv", cost, size, phase))
+        return Figure(groups((client, cost, size, phase), ("nv", cost, size, phase), src=src), ratio_of_medians,
+                      seed_of(client, "nv", cost, size, phase, *(("first",) if src is first else ())))
 
     def rcell(f, limit, higher=False, what=""):
         if f is None:
@@ -696,18 +704,19 @@ def report(data, meta, boots):
                           f"{'at least' if higher else 'at most'} {limit}x)")
         return f"{f.fmt(fmt)} ({fmt(f.lo)}–{fmt(f.hi)}){' ✗' if bad else ''}"
 
-    def ratio_table(client, limit_of, every_boot=False):
+    def ratio_table(client, limit_of, every_boot=False, src=lat, zs=sizes, tag=""):
         """Latency ratios of `client` against nv, a row per size: registration and deregistration,
         model off and on. `limit_of(size, phase, cost)`: the target, or None; with `every_boot`,
-        a median within its target whose worst boot is not is reported missed too."""
+        a median within its target whose worst boot is not is reported missed too. `src`, `zs`:
+        the runs and their sizes (the re-registrations, or with `tag` the first registrations)."""
         rows = ["| size | registration, model off | registration, model on | deregistration, model off | "
                 "deregistration, model on |", "|---|---|---|---|---|"]
-        for size in sizes:
+        for size in zs:
             row = [size_name(size)]
             for phase in PHASES:
                 for cost in (0, 1):
-                    f, limit = fig_ratio(client, cost, size, phase), limit_of(size, phase, cost)
-                    what = f"{client} {phase} {size_name(size)} model {'on' if cost else 'off'}"
+                    f, limit = fig_ratio(client, cost, size, phase, src), limit_of(size, phase, cost)
+                    what = f"{client} {tag}{phase} {size_name(size)} model {'on' if cost else 'off'}"
                     one_boot = every_boot and limit is not None and f is not None and f.value <= limit < f.hi
                     if one_boot:
                         missed.append(f"{what}: median {f.value:.2f}x but {f.hi:.2f}x in one boot (target "
@@ -773,13 +782,47 @@ def report(data, meta, boots):
     ]
 
     # 1. Like for like.
+    def like_for_like(size, phase, cost):
+        return 0.9 if phase == "reg" else (1.0 if size >= 1 << 20 else None)
     lines += ["## Like for like: peermem-rs's invalidating client against nvidia-peermem 550", "",
               "Both clients invalidating. Latency ratio rs-i / nv per boot, median [95% interval] "
               "(range). Targets: registration at most 0.9x at every size; deregistration at most 1.0x "
               "from 1 MiB up (below 1 MiB no target: the notification pin's extra unpin costs what "
               "it costs, reported as measured).", "",
-              ] + ratio_table("rs-i", lambda size, phase, cost: 0.9 if phase == "reg" else (
-                  1.0 if size >= 1 << 20 else None)) + [""]
+              "Two workloads. **Re-registration** (this table, and every latency table below but the "
+              "next): each run registers the buffer the run before deregistered, as a registration "
+              "cache that evicts and registers again does. There rs-i's registration adopts the "
+              "registration its last deregistration left lingering with its notification pin "
+              "(docs/design-lingering-n.md) and pins once; nv pins as for any registration. **First "
+              "registration** (the next table): each run registers memory never registered before, "
+              "where rs-i has nothing to adopt and pins twice. The provider calls of both are listed "
+              "under each table.", "",
+              ] + ratio_table("rs-i", like_for_like) + [""]
+    if first:
+        fc = {}
+        for r in data.get("latfc", []):
+            if r["boot"] in accs:
+                t = fc.setdefault(r["client"], [0] * 7)
+                t[6] += r["cycles"]
+                for i in range(6):
+                    t[i] += r["calls"][i]
+
+        def per_cycle(client):
+            t = fc.get(client)
+            if not t or not t[6]:
+                return "–"
+            return " ".join(f"{SHORT[i]}{t[i] / t[6]:.3g}" for i in range(6) if t[i]) or "none"
+        lines += ["### First registration of memory", "",
+                  "Each run registers a piece of memory never registered before (bench.c's "
+                  "`latency-first`: run k the k-th piece of one allocation; its registrations linger "
+                  "until the allocation's free after the last run, as an application's would). Same "
+                  "targets as above. Ratio rs-i / nv per boot, median [95% interval] (range).", "",
+                  ] + ratio_table("rs-i", like_for_like, src=first, zs=first_sizes, tag="first ") + [
+                  "", "Provider calls per cycle (a registration and its deregistration together; the "
+                  "NVIDIA stand-in's counters read before a size's first cycle and after its last, "
+                  "warm-up cycles included, then divided by the cycles; the put_pages of rs-i's "
+                  "lingering notification pins come at the free, after the reading): "
+                  + "; ".join(f"{c} {per_cycle(c)}" for c in LABELS) + ".", ""]
 
     # Where the like-for-like gap comes from: the provider's calls, or everything else.
     cnt = counted_groups(data, accs)
@@ -853,8 +896,9 @@ def report(data, meta, boots):
     if tput:
         lines += ["### Registration throughput (64 KiB, register then deregister, each thread its own "
                   "buffer and file)", "",
-                  "Registrations per second, per boot all blocks pooled. Target: rs-i at least 1.0x of "
-                  "nv at 1, 2 and 8 threads.", "",
+                  "Registrations per second, per boot all blocks pooled. Each thread registers its "
+                  "buffer again and again: re-registrations, where rs-i adopts (above). Target: rs-i at "
+                  "least 1.0x of nv at 1, 2 and 8 threads.", "",
                   "| threads | model | rs-i | nv | rs-p | rs-i / nv | rs-p / nv |", "|---|---|---|---|---|---|---|"]
         for t in THREADS:
             for cost in (0, 1):
@@ -1050,10 +1094,12 @@ def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
                         m = 50_000 * cost
                         lines.append(f"lat {c}:{cost} {z} {run} {reg} {dereg} reg 1 0 0 0 1 0 "
                                      f"{20_000 + m} 0 0 0 5000 0 {m} dereg 0 0 1 0 0 1 0 0 {1000 + m} 0 0 500 {m}")
+                        lines.append(f"latf {c}:{cost} {z} {run} {reg + 9000} {dereg}")
                         if c != "nv":
                             lines.append(f"steps {c}:{cost} {z} {run} reg get_pages.total:1:30000 "
                                          f"get_pages.nvidia_p2p_get_pages:1:20000 get_pages.own:1:10000 "
                                          f"get_pages.reg_lock_hold:2:400 timing.clock_read:0:5")
+                    lines.append(f"latfc {c}:{cost} {z} {runs + 2} cycles 7 7 0 7 7 7 1 2 3 4 5 6 0")
                 for t in THREADS:
                     lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
                 if cost == 0:
@@ -1102,7 +1148,8 @@ def check_parse():
         ["total", "own", "provider", "calibration", "inner"]
     assert d["slab"][0]["cache"] == "kmalloc-256" and d["slab"][0]["after"] == 90
     assert d["lat"][0]["reg_calls"] == [1, 0, 0, 0, 1, 0] and d["lat"][0]["reg_fn_ns"][0] == 20000
-    for bad in ("lat rs-p:1 65536 0 1000", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
+    assert len(d["latf"]) == len(d["latp"]) and d["latfc"][0]["cycles"] == 7 and d["latfc"][0]["calls"][3] == 7
+    for bad in ("lat rs-p:1 65536 0 1000", "latfc nv:0 65536 7 7 0 0 0 0 0", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
                 "blk 1 nobody 0", "slab nv:0 1 2 cache 3", "steps rs-i:0 1 2 both a:1:2"):
         try:
             parse(bad)
@@ -1162,6 +1209,19 @@ def check_report():
     assert row.startswith("| 64 KiB | 0.8") and "✗" not in row, row
     assert not missed, missed
     assert "| rs-i | 205 [205, 205] (205–205) | 0.80" in text
+    # The first registrations, in their own table, after the re-registrations', judged alike.
+    assert first < text.index("### First registration of memory") < text.index("Where each gap comes from")
+    assert "rs-i gp1 gpp1 ppp1 dm1 du1" in text
+    slow = merge([parse(t, b) for b, t in boots])
+    for r in slow["latf"]:
+        if r["client"] == "rs-i" and r["size"] == 65536:
+            r["reg_ns"] *= 1.5
+    _, _, slow_missed = report(slow, {"commit": "abc", "tree": "clean", "date": "d", "command": "c", "wall": "w",
+                                      "machine": "m", "guest": "g", "blocks": 1, "seed": 1, "runs": 5,
+                                      "counted_runs": 5, "seconds": 1, "mem_n": 100},
+                               [(1, "accepted", ""), (2, "accepted", "")])
+    assert [m for m in slow_missed if m.startswith("rs-i first reg 64 KiB")] and \
+        not [m for m in slow_missed if "first" not in m], slow_missed
     # A target missed by less than the second decimal is not shown as the target itself.
     assert fmt_against(1.0, 1.004, True)(1.004) == "1.004" and fmt_against(1.0, 1.02, True)(1.02) == "1.02"
     assert fmt_against(1.0, 0.996, False)(0.996) == "1.00"
@@ -1364,6 +1424,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="back-to-back runs per size per block")
     ap.add_argument("--counted-runs", type=int, default=2, help="counted runs per size per block")
     ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--first-sizes", default="64K,1M,16M",
+                    help="sizes of the first-registration runs (each block allocates runs + 2 of each)")
     ap.add_argument("--inv-sizes", default="64K,16M")
     ap.add_argument("--seconds", type=int, default=1, help="seconds per throughput point per block")
     ap.add_argument("--mem-n", type=int, default=2048, help="live registrations for the memory figure")
@@ -1419,6 +1481,7 @@ def main():
             n += 1
             order = schedule(rng, a.blocks)
             plan = PLAN.format(runs=a.runs, counted_runs=a.counted_runs, sizes=" ".join(a.sizes.split(",")),
+                               first_sizes=" ".join(a.first_sizes.split(",")),
                                inv_sizes=" ".join(a.inv_sizes.split(",")), seconds=a.seconds,
                                threads=" ".join(map(str, THREADS)), mem_n=a.mem_n, nblocks=len(order),
                                blocks="\n".join(f"block {i} {c} {cost}" for i, (c, cost) in enumerate(order, 1)))
