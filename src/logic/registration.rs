@@ -40,8 +40,8 @@
 //!    memory), with no way to make a check and the unpin one lookup. So **N is never unpinned**:
 //!    every deregistration leaves it armed ([`NRelease::Linger`]), with the driver's reference to
 //!    the registration (and so the module reference), until its callback comes when the memory is
-//!    freed; the registration *lingers*. A later registration of the owner whose range holds N's
-//!    page takes a lingering registration over ([`Registration::adoptable`],
+//!    freed; the registration *lingers*. A later registration of the owner whose range starts on
+//!    N's page takes a lingering registration over ([`Registration::adoptable`],
 //!    [`Registration::adopt`]) instead of pinning another N, so that a process registering and
 //!    deregistering one buffer again and again holds one N, not one per cycle. (The client
 //!    before this proved the owner's reach with a persistent pin and then unpinned N,
@@ -62,7 +62,7 @@
 
 use crate::logic::cause::Cause;
 use crate::logic::errno::Errno;
-use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
+use crate::logic::range::{GpuRange, GPU_PAGE_SHIFT};
 
 /// A process, as the NVIDIA driver tells them apart: the thread-group id (`current->tgid`).
 pub type Tgid = i32;
@@ -556,6 +556,39 @@ impl Barrier {
     }
 }
 
+/// What a lingering registration and one that may adopt it ([`Registration::adoptable`]) have in
+/// common: the process, and the GPU page N pins, which is the first page of the range N was
+/// pinned for. A registration whose range starts on another page pins an N of its own, even where
+/// its range holds a lingering N's page: the glue then finds a registration to adopt by this key
+/// alone, in one bucket of a hash table ([`LingerKey::bucket`]), however many registrations
+/// linger, instead of comparing every lingering one with the new range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LingerKey {
+    owner: Tgid,
+    n_page: u64,
+}
+
+impl LingerKey {
+    /// The key of a registration of `range` by process `tgid`.
+    pub fn of(range: GpuRange, tgid: Tgid) -> Self {
+        Self {
+            owner: tgid,
+            n_page: range.first_page().start(),
+        }
+    }
+
+    /// Which of `buckets` buckets (a power of two) this key falls in: the GPU page's index mixed
+    /// with the process id (Fibonacci hashing: the top bits of a product by 2^64 / phi), so that
+    /// one process's consecutive pages, and the same page of several processes, spread.
+    pub fn bucket(&self, buckets: usize) -> usize {
+        debug_assert!(buckets.is_power_of_two() && buckets > 1);
+        let page = self.n_page >> GPU_PAGE_SHIFT;
+        let mixed =
+            (page ^ (u64::from(self.owner as u32) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mixed >> (64 - buckets.trailing_zeros())) as usize
+    }
+}
+
 /// The state of one registration. See the module documentation for the rules.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Registration {
@@ -774,11 +807,12 @@ impl Registration {
     /// May a registration of `range` by process `tgid`, whose persistent pin acquire has just
     /// made, take this one over instead of pinning an N of its own? Only a registration the host
     /// has released whose N was left to the driver and not yet called back (it *lingers*), with
-    /// nothing else of it in flight, of the same process, and whose N pins a page of `range`.
-    /// Then N is of the new range's allocation: the new persistent pin shows that allocation is
-    /// live, N not called back shows N's is, a free calls every pin of an allocation back before
-    /// its address can be registered to other memory, and live allocations do not overlap. The
-    /// caller asks under the registration lock, which the callback takes to claim N.
+    /// nothing else of it in flight, of the same process, and whose N pins the first page of
+    /// `range` (the page the new registration's own N would pin: [`LingerKey`]). Then N is of the
+    /// new range's allocation: the new persistent pin shows that allocation is live, N not called
+    /// back shows N's is, a free calls every pin of an allocation back before its address can be
+    /// registered to other memory, and live allocations do not overlap. The caller asks under the
+    /// registration lock, which the callback takes to claim N.
     pub fn adoptable(&self, range: GpuRange, tgid: Tgid) -> bool {
         self.flavour == Flavour::Invalidating
             && self.lingers()
@@ -789,7 +823,15 @@ impl Registration {
             && self.host_pending == Pending::default()
             && self.work_pending == Pending::default()
             && !self.p.held()
-            && range.covers(self.n_page, GPU_PAGE_SIZE)
+            && LingerKey::of(range, tgid) == self.linger_key()
+    }
+
+    /// What a registration that adopts this one must match: its process and N's page.
+    pub fn linger_key(&self) -> LingerKey {
+        LingerKey {
+            owner: self.owner,
+            n_page: self.n_page,
+        }
     }
 
     /// Takes this lingering registration over ([`Registration::adoptable`]) for a new one of
@@ -1263,6 +1305,7 @@ const FREED: Refusal = Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logic::range::GPU_PAGE_SIZE;
     use std::vec::Vec;
 
     const OWNER: Tgid = 100;
@@ -1448,12 +1491,19 @@ mod tests {
     #[test]
     fn a_later_registration_of_the_owner_adopts_a_lingering_n_and_pins_no_n_of_its_own() {
         let mut r = lingering();
-        // Only the owner, and only for a range that holds N's page.
+        // Only the owner, and only for a range that starts on N's page.
         assert!(!r.adoptable(range(), CHILD));
         let elsewhere = GpuRange::covering(0x20_0000, 0x1_0000).unwrap();
         assert!(!r.adoptable(elsewhere, OWNER));
-        let larger = GpuRange::covering(0xf_0000, 0x4_0000).unwrap();
+        let from_before = GpuRange::covering(0xf_0000, 0x4_0000).unwrap();
+        assert!(from_before.covers(range().start(), GPU_PAGE_SIZE));
+        assert!(
+            !r.adoptable(from_before, OWNER),
+            "holds N's page, but does not start there"
+        );
+        let larger = GpuRange::covering(range().start(), 0x4_0000).unwrap();
         assert!(r.adoptable(larger, OWNER));
+        assert_eq!(LingerKey::of(larger, OWNER), r.linger_key());
         r.adopt(larger);
         assert_eq!(r.range(), larger);
         assert!(r.driver_holds_ref());
@@ -1474,6 +1524,31 @@ mod tests {
         assert!(r.begin_callback());
         let (steps, _) = run(&mut r, Actor::Callback, ok);
         assert_eq!(calls(&steps), [Op::Invalidate]);
+    }
+
+    #[test]
+    fn linger_keys_spread_over_the_buckets() {
+        const BUCKETS: usize = 256;
+        let fill = |keys: &mut dyn Iterator<Item = LingerKey>| {
+            let mut n = [0u32; BUCKETS];
+            for k in keys {
+                n[k.bucket(BUCKETS)] += 1;
+            }
+            (*n.iter().min().unwrap(), *n.iter().max().unwrap())
+        };
+        // One process's 4096 consecutive GPU pages (a 256 MiB allocation registered a page at a
+        // time), then the same page of 4096 processes: 16 a bucket on average.
+        let page = |i: u64| GpuRange::covering(0x7f00_0000_0000 + i * GPU_PAGE_SIZE, 1).unwrap();
+        let (lo, hi) = fill(&mut (0..4096).map(|i| LingerKey::of(page(i), OWNER)));
+        assert!(
+            lo >= 8 && hi <= 24,
+            "one process's pages: {lo}..{hi} a bucket"
+        );
+        let (lo, hi) = fill(&mut (1..=4096).map(|tgid| LingerKey::of(page(0), tgid)));
+        assert!(
+            lo >= 8 && hi <= 24,
+            "one page of many processes: {lo}..{hi} a bucket"
+        );
     }
 
     #[test]
