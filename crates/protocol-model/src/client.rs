@@ -33,9 +33,9 @@ pub enum Ours {
     Adopt(AdoptStep),
 }
 
-/// Acquire of a range registered again (src/client.rs): its persistent pin made (under `N_PINS`, as
-/// every persistent pin of ours), then, under the registration lock, the lingering registration
-/// taken over, or the pin unpinned and the registration refused.
+/// Acquire of a range registered again (src/client.rs): its persistent pin made (under `N_PINS`
+/// for the clients that take it, not the fixed one), then, under the registration lock, the
+/// lingering registration taken over, or the pin unpinned and the registration refused.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum AdoptStep {
     Pinned,
@@ -45,7 +45,7 @@ pub enum AdoptStep {
 impl AdoptStep {
     pub fn what(self) -> &'static str {
         match self {
-            Self::Pinned => "get_pages_persistent returned, drop N_PINS; lock: adopt the lingering registration, or unpin and refuse",
+            Self::Pinned => "get_pages_persistent returned (N_PINS dropped where the client takes it); lock: adopt the lingering registration, or unpin and refuse",
             Self::Unpinned => "nothing to adopt: put_pages_persistent returned; refuse",
         }
     }
