@@ -18,7 +18,8 @@
 //! # The registration lock
 //!
 //! `RegCtx::inner` is a spinlock: it protects the state machine and the driver handles next to it,
-//! and is held only to read or update them (no call into the driver, the host or the allocator is
+//! and is held only to read or update them and to add to the statistics' atomic counters
+//! (`stats::counts_only`; no call into the driver, the host or the allocator is
 //! made under it; the SG entries are copied into the host's table under it, a plain store). It is
 //! the innermost lock: it nests inside the NVIDIA driver's RM API lock (held by the teardown while
 //! it runs our free callback), the host's per-MR mapping lock (held around our get_pages,
@@ -30,7 +31,7 @@
 //!
 //! No notification pin N is ever unpinned by us (`logic::registration`, rule 2): a deregistration
 //! leaves N armed until the free calls it back, and the registration *lingers*, listed in
-//! `LINGERING` (below, with its rules). A later acquire of the same process whose range holds
+//! `LINGERING` (below, with its rules). A later acquire of the same process whose range starts on
 //! N's page takes a lingering registration over instead of pinning another N (`adopt_lingering`),
 //! so that registering and deregistering one buffer again and again holds one N, not one per
 //! cycle; the free callback takes its registration off the list when it claims N.
@@ -58,7 +59,7 @@ use crate::logic::cause::Cause;
 use crate::logic::errno::Errno;
 use crate::logic::range::{GpuRange, GPU_PAGE_SIZE};
 use crate::logic::registration::{
-    Actor, Commit, Flavour, HostCall, Op, Refusal, Registration, Step, Tgid, Violation,
+    Actor, Commit, Flavour, HostCall, LingerKey, Op, Refusal, Registration, Step, Tgid, Violation,
 };
 use crate::logic::tables;
 use crate::nvidia::{self, DmaMapping, PeerDevice, PersistentPin};
@@ -108,14 +109,14 @@ struct Inner {
     lingering: Links,
 }
 
-/// A registration's neighbours on the list of lingering registrations (`LINGERING`), both empty
-/// when it is not on it.
+/// A registration's neighbours on its bucket's list of lingering registrations (`LINGERING`), both
+/// empty when it is not on it.
 ///
 /// # Invariants
 ///
 /// Written only with `LINGERING` held. While the registration is listed, `prev` points to the
-/// listed registration before it (`None`: it is the head), whose `next` holds the reference to
-/// this one; `next` holds the reference to the registration after it.
+/// listed registration before it in its bucket (`None`: it is the bucket's head), whose `next`
+/// holds the reference to this one; `next` holds the reference to the registration after it.
 #[derive(Default)]
 struct Links {
     next: Option<Arc<RegCtx>>,
@@ -188,12 +189,28 @@ fn queue() -> &'static workqueue::Queue {
 // reason: found by `make stress`, docs/stress.md; the protocol model's `proves-unpin`, `no-n-pins`
 // and `unlocked-p` keep that record.)
 
-// SAFETY: the shim's `peermem_lingering_lock` is used by this lock only.
-static LINGERING: StaticMutex<Option<Arc<RegCtx>>> =
-    unsafe { StaticMutex::new(SharedMutex::Lingering, None) };
+/// Buckets of `LINGERING`'s hash table (a power of two): 2 KiB of heads.
+const LINGER_BUCKETS: usize = 256;
+
+/// The heads of `LINGERING`'s lists, one per bucket of [`LingerKey::bucket`].
+struct Lingering([Option<Arc<RegCtx>>; LINGER_BUCKETS]);
+
+impl Lingering {
+    /// The head of the list `key` falls in.
+    fn head(&mut self, key: LingerKey) -> &mut Option<Arc<RegCtx>> {
+        &mut self.0[key.bucket(LINGER_BUCKETS)]
+    }
+}
+
+static LINGERING: StaticMutex<Lingering> = {
+    // A named constant: an array repeat needs a `Copy` value or a constant (rustc 1.78).
+    const EMPTY: Option<Arc<RegCtx>> = None;
+    // SAFETY: the shim's `peermem_lingering_lock` is used by this lock only.
+    unsafe { StaticMutex::new(SharedMutex::Lingering, Lingering([EMPTY; LINGER_BUCKETS])) }
+};
 
 /// Takes `LINGERING`, its wait and hold timed.
-fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Option<Arc<RegCtx>>>> {
+fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Lingering>> {
     t.lock(
         timing::Step::LingeringLockWait,
         timing::Step::LingeringLockHold,
@@ -201,32 +218,40 @@ fn lock_lingering(t: Timing) -> Held<StaticMutexGuard<'static, Option<Arc<RegCtx
     )
 }
 
-// Lock rules of `LINGERING`, the list of lingering registrations.
+// Lock rules of `LINGERING`, the hash table of lingering registrations.
 //
-// What: the head of a doubly linked list of the registrations the host has released whose N the
-// driver still holds, not yet called back (`Registration::lingers`); each forward link (the head,
+// What: the registrations the host has released whose N the driver still holds, not yet called
+// back (`Registration::lingers`), in a table of `LINGER_BUCKETS` doubly linked lists, each
+// registration in the bucket of its `LingerKey` (process and N's page, which never change: an
+// adoption gives a registration a new range, never a new N). Each forward link (a head,
 // `Links::next`) holds a reference, each backward one (`Links::prev`) is a pointer, and
-// `Inner::listed` says a registration is on it. Taking one off is O(1): the free callback does it
-// under the driver's API lock, and a teardown calls back every pin of an allocation (or of a P2P
-// object) in one hold of that lock.
-// Why a list of our own: a registration that adopts needs one of the same process and GPU page
+// `Inner::listed` says a registration is on a list. Taking one off is O(1): the free callback
+// does it under the driver's API lock, and a teardown calls back every pin of an allocation (or
+// of a P2P object) in one hold of that lock. Looking for one to adopt walks one bucket, with the
+// registrations of that key and of the keys that share its bucket (one in 256 of them): a process
+// that deregisters many buffers without freeing them does not slow every registration, nor the
+// callbacks that wait.
+// Why a table of our own: a registration that adopts needs one of the same process and GPU page
 // (`Registration::adoptable`), and the driver gives no lookup of our pins.
 //
-// Protects: the head, and every registration's `listed` and `lingering`, which are written only
+// Protects: the heads, and every registration's `listed` and `lingering`, which are written only
 // with this lock held (under the registration lock as well: they live in `Inner`).
 // Who takes it: release, to list its registration if it lingers (`list_if_lingering`); acquire,
 // after its persistent pin, to look for a registration to adopt (`adopt_lingering`); the free
-// callback, around its claim of N (`Registration::begin_callback`), to take its registration off
-// (`claim`). Because the claim and the listing both decide under it, a registration whose N was
-// claimed is never listed, and one listed is taken off before its callback goes on: every listed
-// registration's N is still armed, and its driver reference still held.
+// callback, around its claim of N (`Registration::begin_callback`) when its registration is
+// listed, to take it off (`claim`). Because the listing decides under the registration lock too,
+// and only while no claim was made (`lingers`), and the claim of a listed registration is made
+// under both locks, a registration whose N was claimed is never listed, and one listed is taken
+// off before its callback goes on: every listed registration's N is still armed, and its driver
+// reference still held. A claim of a registration that is not listed needs the registration
+// lock only (most callbacks: memory freed while registered).
 //
 // Under it: the registration locks (one at a time, each taken and dropped), the state machine's
 // questions and `adopt`, and moving list references or dropping clones that are never the last:
 // the reference a link held goes to the host (adoption) or is dropped by the callback after it
 // let go of this lock, while the driver still holds its own (`claim`); the clones made to walk
 // the list are of listed registrations. No driver or host call, no allocation, no sleep but for
-// this lock itself. Acquire's look for a registration to adopt walks the whole list.
+// this lock itself.
 //
 // The free callback may sleep here: RM calls it in process context (CliDelThirdPartyP2PVidmemInfo,
 // 595.45.04 src/nvidia/src/kernel/gpu/bus/third_party_p2p.c:556-582, under the API lock), and that
@@ -320,9 +345,16 @@ impl RegCtx {
                 }
                 Step::Note(event) => {
                     let range = g.state.range();
-                    drop(g);
-                    stats::event(self.link.name(), range, actor, event, t);
-                    g = self.lock(t);
+                    if stats::counts_only(event) {
+                        // Atomic counters, nothing said: counted under the lock, whose rules
+                        // allow it, without a round trip of it (a deregistration's `NLingers`,
+                        // an unpin's `Unpinned`).
+                        stats::event(self.link.name(), range, actor, event, t);
+                    } else {
+                        drop(g);
+                        stats::event(self.link.name(), range, actor, event, t);
+                        g = self.lock(t);
+                    }
                 }
                 Step::Return(result) => return Ok(result),
             }
@@ -550,84 +582,95 @@ fn violation(link: &HostLink, call: &str, range: GpuRange, v: Violation, t: Timi
 }
 
 /// A host call: start it with the state machine (after `check`, under the same hold), run it,
-/// explain a refusal.
+/// explain a refusal. Returns the registration's range, read under that hold.
 fn host_call(
     ctx: ArcBorrow<'_, RegCtx>,
     name: &str,
     call: HostCall,
     args: &mut HostArgs,
     check: impl FnOnce(&Inner) -> Result<(), Violation>,
-) -> Result {
+) -> Result<GpuRange> {
     let link = ctx.link;
     let t = args.t;
-    let range = ctx.range(t);
     let caller = kapi::current_tgid();
-    ctx.drive(Actor::Host, args, |g| {
+    let mut range = None;
+    let ran = ctx.drive(Actor::Host, args, |g| {
+        range = Some(g.state.range());
         check(g)?;
         g.state.begin(call, caller)
-    })
-    .map_err(|v| violation(link, name, range, v, t))?
-    .map_err(|r| refused(link, name, range, r, t))
+    });
+    // `begin` ran first, whatever came after; the range changes only at adoption, in acquire.
+    let range = range.unwrap_or_else(|| ctx.range(t));
+    ran.map_err(|v| violation(link, name, range, v, t))?
+        .map_err(|r| refused(link, name, range, r, t))?;
+    Ok(range)
 }
 
-/// Takes `ctx` off the list of lingering registrations if it is on it (`LINGERING` held, as
-/// `head`), and gives back the reference its link held.
-fn unlink(head: &mut Option<Arc<RegCtx>>, ctx: &RegCtx, t: Timing) -> Option<Arc<RegCtx>> {
-    let Links { next, prev } = {
-        let mut g = ctx.lock(t);
-        if !g.listed {
-            return None;
-        }
-        g.listed = false;
-        core::mem::take(&mut g.lingering)
-    };
+/// Takes the registration whose lock `g` is off its bucket's list of lingering registrations if
+/// it is on it (`LINGERING` held, as `table`), and gives back the reference its link held. `g` is
+/// let go before a neighbour's lock is taken (one registration lock at a time).
+fn unlink(
+    table: &mut Lingering,
+    mut g: impl DerefMut<Target = Inner>,
+    t: Timing,
+) -> Option<Arc<RegCtx>> {
+    if !g.listed {
+        return None;
+    }
+    g.listed = false;
+    let key = g.state.linger_key();
+    let Links { next, prev } = core::mem::take(&mut g.lingering);
+    drop(g);
     if let Some(n) = &next {
         n.lock(t).lingering.prev = prev;
     }
     let link = match prev {
         Some(p) => {
             // SAFETY: by `Links`' invariants, with `LINGERING` held by the caller: `p` is the
-            // registration before `ctx` on the list, listed, so alive (the list holds a reference
-            // to it), and it stays listed until this returns.
+            // registration before this one on its bucket's list, listed, so alive (the list
+            // holds a reference to it), and it stays listed until this returns.
             let p = unsafe { p.as_ref() };
             core::mem::replace(&mut p.lock(t).lingering.next, next)
         }
-        None => core::mem::replace(head, next),
+        None => core::mem::replace(table.head(key), next),
     };
     stats::lingering_unlisted();
     link
 }
 
-/// release: list `ctx` if it lingers, for a later acquire of its process to adopt it.
+/// release: list `ctx` if it lingers, at the head of its key's bucket, for a later acquire of its
+/// process to adopt it.
 fn list_if_lingering(ctx: &Arc<RegCtx>, t: Timing) {
-    let mut head = lock_lingering(t);
-    {
-        let g = ctx.lock(t);
+    let mut table = lock_lingering(t);
+    let old = {
+        let mut g = ctx.lock(t);
         if g.listed || !t.time(timing::Step::StateMachine, || g.state.lingers()) {
             return;
         }
-    }
-    // It stays lingering meanwhile: a callback's claim, or an adoption, needs `LINGERING`.
-    let old = head.take();
-    if let Some(o) = &old {
-        o.lock(t).lingering.prev = Some(NonNull::from(&**ctx));
-    }
-    {
-        let mut g = ctx.lock(t);
+        // It stays lingering meanwhile: a callback's claim, or an adoption, needs `LINGERING`.
+        let head = table.head(g.state.linger_key());
+        let old = head.take();
+        let before = old.clone();
         g.listed = true;
         // Not listed: its links were empty, so nothing is dropped under the lock.
         g.lingering = Links {
             next: old,
             prev: None,
         };
+        *head = Some(ctx.clone());
+        before
+    };
+    if let Some(o) = old {
+        o.lock(t).lingering.prev = Some(NonNull::from(&**ctx));
+        // `o` goes: a clone of a listed registration (`ctx`'s link holds another).
     }
-    *head = Some(ctx.clone());
     stats::lingering_listed();
 }
 
 /// acquire, after its persistent pin `p` of `range` for process `tgid`: takes over a lingering
-/// registration whose N pins a page of `range` (`Registration::adoptable`), giving it `range` and
-/// `p`, and returns the list's reference to it as the host's; or gives `p` back.
+/// registration of the same process whose N pins the first page of `range`
+/// (`Registration::adoptable`), giving it `range` and `p`, and returns the list's reference to it
+/// as the host's; or gives `p` back. Walks the one bucket of that key.
 fn adopt_lingering(
     range: GpuRange,
     tgid: Tgid,
@@ -635,8 +678,8 @@ fn adopt_lingering(
     t: Timing,
 ) -> Result<Arc<RegCtx>, PersistentPin> {
     let machine = timing::Step::StateMachine;
-    let mut head = lock_lingering(t);
-    let mut cur = head.clone();
+    let mut table = lock_lingering(t);
+    let mut cur = table.head(LingerKey::of(range, tgid)).clone();
     while let Some(c) = cur {
         let next = {
             let mut g = c.lock(t);
@@ -644,10 +687,9 @@ fn adopt_lingering(
                 t.time(machine, || g.state.adopt(range));
                 // Not held: `adoptable` says P is gone, so this replaces nothing.
                 g.p = Some(p);
-                drop(g);
                 // Listed (`adoptable` implies `lingers`), so the link is there; the callback
                 // that would claim N waits for `LINGERING` and then finds it adopted.
-                return Ok(unlink(&mut head, &c, t).unwrap_or(c));
+                return Ok(unlink(&mut table, g, t).unwrap_or(c));
             }
             g.lingering.next.clone()
         };
@@ -769,6 +811,7 @@ impl PeerClient for RegCtx {
             &mut HostArgs::none(t),
             |_| Ok(()),
         )
+        .map(|_| ())
     }
 
     /// dma_map: map the pinned pages for the NIC and describe them in the host's SG table. Returns
@@ -781,12 +824,11 @@ impl PeerClient for RegCtx {
         peer: Option<PeerDevice>,
         t: Timing,
     ) -> Result<u32> {
-        let range = ctx.range(t);
         if peer.is_none() {
             return Err(refuse(
                 ctx.link,
                 "dma_map",
-                Some(range),
+                Some(ctx.range(t)),
                 Errno::EINVAL,
                 Cause::NotPciDevice,
                 t,
@@ -796,7 +838,7 @@ impl PeerClient for RegCtx {
             return Err(violation(
                 ctx.link,
                 "dma_map",
-                range,
+                ctx.range(t),
                 Violation::OutOfOrder,
                 t,
             ));
@@ -806,7 +848,7 @@ impl PeerClient for RegCtx {
             peer,
             t,
         };
-        host_call(ctx, "dma_map", HostCall::DmaMap, &mut args, |_| Ok(()))?;
+        let range = host_call(ctx, "dma_map", HostCall::DmaMap, &mut args, |_| Ok(()))?;
         t.time(timing::Step::Stats, stats::mapped);
         Ok(range.pages())
     }
@@ -836,22 +878,23 @@ impl PeerClient for RegCtx {
     /// release: the host is done with the registration; its reference goes when this returns.
     fn release(ctx: Arc<RegCtx>, t: Timing) {
         let link = ctx.link;
-        let range = ctx.range(t);
         let caller = kapi::current_tgid();
+        let mut sg = None;
         let ran = ctx
             .as_arc_borrow()
             .drive(Actor::Host, &mut HostArgs::none(t), |g| {
-                g.state.begin(HostCall::Release, caller)
+                g.state.begin(HostCall::Release, caller)?;
+                // The host no longer reads the SG entries (no step of release uses them).
+                sg = g.sg.take();
+                Ok(())
             });
         if let Err(v) = ran {
             // A call of the host is still in flight for this registration: dropping the host's
             // reference could free it under that call. Keep it (a leak) and say so.
-            let _ = violation(link, "release", range, v, t);
+            let _ = violation(link, "release", ctx.range(t), v, t);
             core::mem::forget(ctx);
             return;
         }
-        // The host no longer reads the SG entries.
-        let sg = ctx.lock(t).sg.take();
         t.time(timing::Step::SgFree, || drop(sg));
         t.time(timing::Step::Stats, stats::released);
         // N left to the driver: listed for a later registration of its process to adopt (the
@@ -883,20 +926,31 @@ impl nvidia::FreeCallback for RegCtx {
     }
 }
 
-/// The free callback's claim of N (`Registration::begin_callback`), made under `LINGERING`, with
-/// the registration taken off the list of lingering ones when it is on it.
+/// The free callback's claim of N (`Registration::begin_callback`). A registration on the list
+/// of lingering ones is claimed under `LINGERING` and taken off it. One that is not listed is
+/// claimed under its own lock alone: listing it needs that lock too, and `Registration::lingers`,
+/// which a claim ends; and only a listed registration can be adopted. So a registration freed
+/// while it is registered (the common case) makes its callback wait for no module-wide lock.
 fn claim(ctx: &RegCtx, t: Timing) -> bool {
-    let mut head = lock_lingering(t);
-    let claimed = {
+    let machine = timing::Step::StateMachine;
+    {
         let mut g = ctx.lock(t);
-        t.time(timing::Step::StateMachine, || g.state.begin_callback())
-    };
+        if !g.listed {
+            return t.time(machine, || g.state.begin_callback());
+        }
+    }
+    // Listed a moment ago: asked again under `LINGERING` (an adoption may have taken it off
+    // meanwhile, and then the claim is on the adopted registration, as it would be after it).
+    let mut table = lock_lingering(t);
+    let mut g = ctx.lock(t);
+    let claimed = t.time(machine, || g.state.begin_callback());
     let link = if claimed {
-        unlink(&mut head, ctx, t)
+        unlink(&mut table, g, t)
     } else {
+        drop(g);
         None
     };
-    drop(head);
+    drop(table);
     // Not the last reference: the driver holds its own until the callback hands it over.
     drop(link);
     claimed

@@ -161,6 +161,19 @@ pub(crate) fn refuse(
     }
 }
 
+/// Does [`event`] do nothing for `event` but add to atomic counters (no log line, no lock)? Then
+/// the registration lock may be held around it.
+pub(crate) fn counts_only(event: Event) -> bool {
+    matches!(
+        event,
+        Event::Unpinned
+            | Event::Invalidated
+            | Event::InvalidationSkipped
+            | Event::LateCallback
+            | Event::NLingers
+    )
+}
+
 /// Counts (and, where an operator needs to know, explains) what happened to a registration of
 /// `range` of `client`; `actor` is who noticed it. `t` times it (`stats`, and an explanation `log`).
 pub(crate) fn event(client: &CStr, range: GpuRange, actor: Actor, event: Event, t: Timing) {

@@ -134,7 +134,7 @@ FIXTURE_TEARDOWN(gpu)
 }
 
 /* Registration, SG list and a data round trip through the NIC, for several sizes and offsets.
- * Every case's range holds the allocation's first GPU page: in the invalidating mode each
+ * Every case's range starts on the allocation's first GPU page: in the invalidating mode each
  * registration after the first adopts the one before it, which lingers after its deregistration
  * with its pin N (one registration, one N, whatever the number of cycles). */
 TEST_F(gpu, register_and_round_trip)
@@ -206,6 +206,62 @@ TEST_F(gpu, register_and_round_trip)
 		EXPECT_EQ(adoptions, peermem_stat("adoptions"));
 		EXPECT_EQ(0, peermem_stat("lingering"));
 	}
+	ASSERT_EQ(0, gpu_free(self->gpu, handle));
+	EXPECT_EQ(0, peermem_stat("lingering"));
+	EXPECT_TRUE(stat_becomes("live_registrations", 0));
+}
+
+/* Many registrations lingering at once (invalidating mode): 300 pieces of one allocation, each
+ * registered and deregistered, so that each lingers with its own N; that is more than the 256
+ * buckets of the module's table, so buckets hold several. Then each piece registered again, in
+ * another order: each adopts the one whose N pins its own first page (found among the others of
+ * its bucket, and taken off the middle of a list without losing them), and pins no N. A range
+ * that holds a lingering N's page but starts on a page before it pins an N of its own and adopts
+ * nothing. The free then calls every N back, and nothing lingers. */
+TEST_F(gpu, many_lingering_registrations_each_adopted_by_its_own_range)
+{
+	enum { PIECES = 300, STRIDE = 7 };
+	long long adoptions, pins;
+	__u64 handle, mrs[PIECES];
+	struct pmh_reg_mr mr;
+	uint8_t *va, *piece;
+
+	if (!invalidating_mode())
+		SKIP(return, "not applicable: the persistent client's registrations never linger");
+	if (split_topology())
+		SKIP(return, "GPU and NIC are under different root ports in this VM variant");
+	/* Page 0 is left out of the pieces: piece i is page i + 1. */
+	va = gpu_alloc(self->gpu, (PIECES + 1) * GPU_PAGE, &handle);
+	ASSERT_NE(NULL, va);
+	piece = va + GPU_PAGE;
+	for (int i = 0; i < PIECES; i++) {
+		ASSERT_EQ(0, pmh_reg(self->pmh, piece + i * GPU_PAGE, GPU_PAGE, PMH_REG_WRITE, &mr));
+		ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	}
+	EXPECT_EQ(PIECES, peermem_stat("lingering"));
+	adoptions = peermem_stat("adoptions");
+	pins = gpu_counter("total_pins");
+	/* STRIDE is prime to PIECES: every piece once, not in the order they were listed. */
+	for (int k = 0; k < PIECES; k++) {
+		int i = (k * STRIDE) % PIECES;
+
+		ASSERT_EQ(0, pmh_reg(self->pmh, piece + i * GPU_PAGE, GPU_PAGE, PMH_REG_WRITE, &mr));
+		mrs[i] = mr.handle;
+	}
+	EXPECT_EQ(adoptions + PIECES, peermem_stat("adoptions"));
+	EXPECT_EQ(pins, gpu_counter("total_pins")) TH_LOG("a registration pinned an N instead of adopting");
+	EXPECT_EQ(0, peermem_stat("lingering"));
+	for (int i = 0; i < PIECES; i++)
+		ASSERT_EQ(0, pmh_dereg(self->pmh, mrs[i]));
+	EXPECT_EQ(PIECES, peermem_stat("lingering"));
+	/* Pages 0 and 1: piece 0's N pins page 1, but the range starts on page 0. */
+	adoptions = peermem_stat("adoptions");
+	ASSERT_EQ(0, pmh_reg(self->pmh, va, 2 * GPU_PAGE, PMH_REG_WRITE, &mr));
+	EXPECT_EQ(adoptions, peermem_stat("adoptions"));
+	EXPECT_EQ(pins + 1, gpu_counter("total_pins")) TH_LOG("no N of its own");
+	EXPECT_EQ(PIECES, peermem_stat("lingering"));
+	ASSERT_EQ(0, pmh_dereg(self->pmh, mr.handle));
+	EXPECT_EQ(PIECES + 1, peermem_stat("lingering"));
 	ASSERT_EQ(0, gpu_free(self->gpu, handle));
 	EXPECT_EQ(0, peermem_stat("lingering"));
 	EXPECT_TRUE(stat_becomes("live_registrations", 0));
