@@ -227,18 +227,31 @@ static void dereg(int pmh, __u64 handle)
 }
 
 /* Nothing of the run may stay live: a leak would make the next figures wrong. */
+/* peermem-rs's registrations still alive: after a free that called back lingering ones, each
+ * until its work item has made its put_pages and dropped it (0 when peermem-rs is not loaded). */
+static long long peermem_registrations(void)
+{
+	long long v;
+
+	return read_named("/sys/kernel/debug/peermem_rs/stats", "live_registrations", &v, NULL) == 1 ?
+	       v : 0;
+}
+
+/* Nothing of the run before still alive, nor still at work: the next timed calls would otherwise
+ * share the CPUs with peermem-rs's work items (and count their put_pages as theirs). */
 static void check_clear(const char *what)
 {
 	char why[256] = "";
 
-	for (int i = 0; i < 50; i++) {
+	for (int i = 0; i < 100; i++) {
 		long long mrs = pmh_counter("live_mrs"), pins = gpu_counter("live_pins");
-		long long maps = gpu_counter("live_dma_mappings");
+		long long maps = gpu_counter("live_dma_mappings"), regs = peermem_registrations();
 
-		if (!mrs && !pins && !maps)
+		if (!mrs && !pins && !maps && !regs)
 			return;
-		snprintf(why, sizeof(why), "live_mrs %lld live_pins %lld live_dma_mappings %lld",
-			 mrs, pins, maps);
+		snprintf(why, sizeof(why),
+			 "live_mrs %lld live_pins %lld live_dma_mappings %lld peermem-rs registrations %lld",
+			 mrs, pins, maps, regs);
 		usleep(100 * 1000);
 	}
 	fatal("after %s: still live: %s", what, why);

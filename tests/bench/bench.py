@@ -811,7 +811,8 @@ def report(data, meta, boots):
             t = fc.get(client)
             if not t or not t[6]:
                 return "–"
-            return " ".join(f"{SHORT[i]}{t[i] / t[6]:.3g}" for i in range(6) if t[i]) or "none"
+            return " ".join(f"{SHORT[i]}{t[i] // t[6] if t[i] % t[6] == 0 else f'{t[i]}/{t[6]}'}"
+                            for i in range(6) if t[i]) or "none"
         lines += ["### First registration of memory", "",
                   "Each run registers a piece of memory never registered before (bench.c's "
                   "`latency-first`: run k the k-th piece of one allocation; its registrations linger "
@@ -820,8 +821,10 @@ def report(data, meta, boots):
                   ] + ratio_table("rs-i", like_for_like, src=first, zs=first_sizes, tag="first ") + [
                   "", "Provider calls per cycle (a registration and its deregistration together; the "
                   "NVIDIA stand-in's counters read before a size's first cycle and after its last, "
-                  "warm-up cycles included, then divided by the cycles; the put_pages of rs-i's "
-                  "lingering notification pins come at the free, after the reading): "
+                  "warm-up cycles included, then divided by the cycles; a call made in some cycles "
+                  "only is shown as calls/cycles, such as the put_pages that rs-i's work item makes "
+                  "after an earlier free; the put_pages of rs-i's lingering notification pins come "
+                  "at this allocation's free, after the reading): "
                   + "; ".join(f"{c} {per_cycle(c)}" for c in LABELS) + ".", ""]
 
     # Where the like-for-like gap comes from: the provider's calls, or everything else.
