@@ -647,7 +647,9 @@ fn list_if_lingering(ctx: &Arc<RegCtx>, t: Timing) {
         if g.listed || !t.time(timing::Step::StateMachine, || g.state.lingers()) {
             return;
         }
-        // It stays lingering meanwhile: a callback's claim, or an adoption, needs `LINGERING`.
+        // Listed in the same hold of its lock as `lingers` was asked: a callback's claim, which
+        // ends `lingers`, takes that lock too, and then finds it listed (and takes `LINGERING`)
+        // or was made before (and it is not listed). An adoption needs `LINGERING`.
         let head = table.head(g.state.linger_key());
         let old = head.take();
         let before = old.clone();
@@ -913,11 +915,10 @@ impl nvidia::FreeCallback for RegCtx {
     /// the work item it is handed to, keeps this registration alive until the callback has
     /// returned (see `Op::PinN`).
     fn free_callback(ctx: ArcBorrow<'_, Self>, t: Timing) {
-        // Claims N, and takes the registration off the list of lingering ones, under
-        // `LINGERING` (its rules: a short wait for a holder that makes no driver call). Not ours
-        // to act on: return at once. Else makes the NIC stop using the memory (through the host)
-        // if it may; never waits, and never calls into the driver, which is locked by this very
-        // task.
+        // Claims N (under `LINGERING` when the registration lingers, to take it off the list:
+        // its rules, a short wait for a holder that makes no driver call). Not ours to act on:
+        // return at once. Else makes the NIC stop using the memory (through the host) if it may;
+        // never waits, and never calls into the driver, which is locked by this very task.
         if claim(&ctx, t) {
             let _ = ctx.drive(Actor::Callback, &mut HostArgs::none(t), |_| {
                 Ok::<(), core::convert::Infallible>(())

@@ -100,7 +100,7 @@ pub enum Step {
     RegLockWait,
     /// Holding the registration's spinlock, its unlock included.
     RegLockHold,
-    /// Waiting for the module-wide mutex `LINGERING` (the list of lingering registrations).
+    /// Waiting for the module-wide mutex `LINGERING` (the table of lingering registrations).
     LingeringLockWait,
     /// Holding `LINGERING`, its unlock included.
     LingeringLockHold,

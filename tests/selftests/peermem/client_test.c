@@ -217,16 +217,18 @@ static long long callback_pins(void)
 	return gpu_counter("total_pins") - gpu_counter("total_persistent_pins");
 }
 
-/* Many registrations lingering at once (invalidating mode): 300 pieces of one allocation, each
- * registered and deregistered, so that each lingers with its own N; that is more than the 256
- * buckets of the module's table, so buckets hold several. Then each piece registered again, in
- * another order: each adopts the one whose N pins its own first page (found among the others of
- * its bucket, and taken off the middle of a list without losing them), and pins no N. A range
- * that holds a lingering N's page but starts on a page before it pins an N of its own and adopts
- * nothing. The free then calls every N back, and nothing lingers. */
+/* Many registrations lingering at once (invalidating mode): 512 pieces of one allocation, each
+ * registered and deregistered, so that each lingers with its own N; twice the 256 buckets of the
+ * module's table, so buckets hold two or three. Then each piece registered again, in another
+ * order: each adopts the one whose N pins its own first page (found among the others of its
+ * bucket; taken off a list at its head, its end or, for some, its middle, without losing the
+ * others: 20 or more middles for each of 300 random placements and process ids, computed with the
+ * module's hash), and pins no N. A range that holds a lingering N's page but starts on a page
+ * before it pins an N of its own and adopts nothing. The free then calls every N back, and
+ * nothing lingers. */
 TEST_F(gpu, many_lingering_registrations_each_adopted_by_its_own_range)
 {
-	enum { PIECES = 300, STRIDE = 7 };
+	enum { PIECES = 512, STRIDE = 7 };
 	long long adoptions, pins;
 	__u64 handle, mrs[PIECES];
 	struct pmh_reg_mr mr;
