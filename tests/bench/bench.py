@@ -787,8 +787,8 @@ def report(data, meta, boots):
     lines += ["## Like for like: peermem-rs's invalidating client against nvidia-peermem 550", "",
               "Both clients invalidating. Latency ratio rs-i / nv per boot, median [95% interval] "
               "(range). Targets: registration at most 0.9x at every size; deregistration at most 1.0x "
-              "from 1 MiB up (below 1 MiB no target: the notification pin's extra unpin costs what "
-              "it costs, reported as measured).", "",
+              "from 1 MiB up (below 1 MiB issue 23 sets none, for a notification pin's unpin that "
+              "peermem-rs no longer makes: reported as measured).", "",
               "Two workloads. **Re-registration** (this table, and every latency table below but the "
               "next): each run registers the buffer the run before deregistered, as a registration "
               "cache that evicts and registers again does. There rs-i's registration adopts the "
