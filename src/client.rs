@@ -143,12 +143,14 @@ impl_has_work! {
 }
 
 // One live registration's memory is one `RegCtx` behind the `Arc`'s reference count (4 bytes,
-// padded to RegCtx's alignment): it fits a kmalloc-256 object wherever locks and work items carry
-// no debugging state (distribution kernels, the benchmark kernel), where it took a kmalloc-512
-// before the state machine dropped its copy of the host's call (issue 23). Lock debugging adds
+// padded to RegCtx's alignment): it fits a kmalloc-192 object wherever locks and work items carry
+// no debugging state (distribution kernels, the benchmark kernel), exactly (184 + 8 bytes). It
+// took a kmalloc-512 before the state machine dropped its copy of the host's call, and a
+// kmalloc-256 before it dropped N's page (the range's first page) and `SgEntries` its tag (issue
+// 23); a field more puts it back in a kmalloc-256, 64 bytes a registration. Lock debugging adds
 // its maps to the spinlock and the work item, and the object grows.
 #[cfg(not(any(CONFIG_DEBUG_SPINLOCK, CONFIG_DEBUG_LOCK_ALLOC, CONFIG_PREEMPT_RT)))]
-const _: () = assert!(core::mem::size_of::<RegCtx>() + core::mem::align_of::<RegCtx>() <= 256);
+const _: () = assert!(core::mem::size_of::<RegCtx>() + core::mem::align_of::<RegCtx>() <= 192);
 
 /// What a host call (or the free callback, or the work item) brings along.
 struct HostArgs {

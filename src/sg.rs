@@ -16,11 +16,18 @@ use kernel::prelude::*;
 
 /// SG entries allocated by us and handed to the host.
 ///
+/// The fields are those of the `struct sg_table` header that `sg_alloc_table` filled, kept apart
+/// so that `Option<SgEntries>` needs no tag of its own (the first entry is never null): a
+/// registration holds one, and 8 bytes fewer keep it in a kmalloc-192 (src/client.rs).
+///
 /// # Invariants
 ///
-/// `table` was initialised by a successful `sg_alloc_table` and is freed exactly once, on drop.
+/// `sgl`, `nents` and `orig_nents` are the header of a table a successful `sg_alloc_table`
+/// initialised, which is freed exactly once, on drop.
 pub(crate) struct SgEntries {
-    table: bindings::sg_table,
+    sgl: NonNull<bindings::scatterlist>,
+    nents: u32,
+    orig_nents: u32,
 }
 
 // SAFETY: the entries are plain memory owned by this value; the host only reads them, and only
@@ -39,15 +46,35 @@ impl SgEntries {
         if rc != 0 {
             return Err(Error::from_errno(rc));
         }
-        // INVARIANT: `sg_alloc_table` succeeded; from here on, dropping the value frees it.
-        Ok(Self { table })
+        let Some(sgl) = NonNull::new(table.sgl) else {
+            // Not reached: a successful `sg_alloc_table` of `n > 0` entries sets the first.
+            // SAFETY: `table` was initialised by the call above; freed once, here.
+            unsafe { bindings::sg_free_table(&mut table) };
+            return Err(ENOMEM);
+        };
+        // INVARIANT: `sg_alloc_table` succeeded and this is its header; from here on, dropping
+        // the value frees it.
+        Ok(Self {
+            sgl,
+            nents: table.nents,
+            orig_nents: table.orig_nents,
+        })
+    }
+
+    /// The table header the entries came with.
+    fn header(&self) -> bindings::sg_table {
+        bindings::sg_table {
+            sgl: self.sgl.as_ptr(),
+            nents: self.nents,
+            orig_nents: self.orig_nents,
+        }
     }
 
     /// Makes every entry `len` bytes long; entry `i` gets DMA address `address(i)`. Fails with
     /// EINVAL if `address` has no answer for some entry.
     pub(crate) fn fill(&mut self, len: u32, mut address: impl FnMut(u32) -> Option<u64>) -> Result {
-        let mut sg = self.table.sgl;
-        for i in 0..self.table.orig_nents {
+        let mut sg = self.sgl.as_ptr();
+        for i in 0..self.orig_nents {
             let (Some(addr), Some(entry)) = (address(i), NonNull::new(sg)) else {
                 return Err(EINVAL);
             };
@@ -68,7 +95,7 @@ impl SgEntries {
     pub(crate) unsafe fn publish(&self, host: *mut bindings::sg_table) {
         // SAFETY: `host` is valid for writes (caller's contract); the header is a plain struct copy,
         // and the entries it points to stay alive as long as `self`.
-        unsafe { host.write(bindings::sg_table { ..self.table }) };
+        unsafe { host.write(self.header()) };
     }
 
     /// Is `host` the table these entries were published in? (The host must hand back the table it
@@ -80,14 +107,16 @@ impl SgEntries {
         // SAFETY: a non-null `host` is the host's table header, readable for the duration of the
         // callback that passed it.
         let sgl = unsafe { (*host).sgl };
-        sgl == self.table.sgl
+        sgl == self.sgl.as_ptr()
     }
 }
 
 impl Drop for SgEntries {
     fn drop(&mut self) {
-        // SAFETY: type invariant: initialised by `sg_alloc_table`, freed only here.
-        unsafe { bindings::sg_free_table(&mut self.table) };
+        let mut table = self.header();
+        // SAFETY: type invariant: the header of a table `sg_alloc_table` initialised, freed
+        // only here.
+        unsafe { bindings::sg_free_table(&mut table) };
     }
 }
 

@@ -593,10 +593,10 @@ impl LingerKey {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Registration {
     flavour: Flavour,
+    /// The range the host registered. Its first page is the GPU page N pins (invalidating
+    /// flavour), also after a later registration adopted this one: only a range that starts on
+    /// that page may ([`Registration::adoptable`]), so no field of its own keeps N's page.
     range: GpuRange,
-    /// The GPU page N pins (invalidating flavour): the first page of the range it was pinned for,
-    /// which stays N's when a later registration adopts it ([`Registration::adopt`]).
-    n_page: u64,
     owner: Tgid,
     n_release: NRelease,
     core_context: u64,
@@ -620,7 +620,6 @@ impl Registration {
         Self {
             flavour,
             range,
-            n_page: range.first_page().start(),
             owner,
             n_release: NRelease::Linger,
             core_context: 0,
@@ -828,10 +827,7 @@ impl Registration {
 
     /// What a registration that adopts this one must match: its process and N's page.
     pub fn linger_key(&self) -> LingerKey {
-        LingerKey {
-            owner: self.owner,
-            n_page: self.n_page,
-        }
+        LingerKey::of(self.range, self.owner)
     }
 
     /// Takes this lingering registration over ([`Registration::adoptable`]) for a new one of
@@ -839,6 +835,7 @@ impl Registration {
     /// but with N armed and the driver's reference kept. get_pages then pins nothing.
     pub fn adopt(&mut self, range: GpuRange) {
         debug_assert!(self.adoptable(range, self.owner));
+        // N's page stays the first page of the range: `adoptable` compared the keys.
         self.range = range;
         self.core_context = 0;
         self.phase = Phase::Acquired;
@@ -1151,7 +1148,7 @@ impl Registration {
                 // P is no longer reserved: either unmapped next (Undo), or handed to the host.
                 self.p.set(PUse::Mapped);
                 let refusal = match result {
-                    // The glue's EIO: a page the driver did not map (`tables::first_failed_page`).
+                    // The glue's EIO: a page the driver did not map (`tables::FailedPageScan`).
                     Err(Errno::EIO) => Some(Refusal::new(Errno::EIO, Cause::PartialDmaMapping)),
                     Err(_) => Some(Refusal::new(Errno::EINVAL, Cause::UnknownLayout)),
                     Ok(()) if self.n == NPin::TornDown => Some(FREED),
