@@ -422,23 +422,35 @@ impl RegCtx {
                 _ => Err(Errno::EINVAL),
             },
             Op::FillSg => {
-                let filled = match (&out.sg, &out.mapping) {
-                    (Some(_), Some((_, m))) => m.header().check(range.pages()).is_ok(),
+                let well_formed = match (&out.sg, &out.mapping) {
+                    (Some(_), Some((_, m))) => t.time(timing::Step::SgCheck, || {
+                        m.header().check(range.pages()).is_ok()
+                    }),
                     _ => false,
                 };
-                // A page the driver did not map, in a mapping it reported as made.
-                let half_made = |p: &PersistentPin, m: &DmaMapping| {
-                    let _check = t.span(timing::Step::SgCheck);
-                    let page = |i| Some((p.physical_address(i)?, m.dma_address(i)?));
-                    tables::first_failed_page(range.pages(), page).is_some()
-                };
-                match (&out.p, &mut out.sg, &out.mapping, filled) {
-                    (Some(p), Some(_), Some((_, m)), true) if half_made(p, m) => Err(Errno::EIO),
-                    (Some(_), Some(sg), Some((_, m)), true) => t
-                        .time(timing::Step::SgFill, || {
-                            sg.fill(GPU_PAGE_SIZE as u32, |i| m.dma_address(i))
-                        })
-                        .map_err(errno),
+                match (&out.p, &mut out.sg, &out.mapping, well_formed) {
+                    (Some(p), Some(sg), Some((_, m)), true) => {
+                        // Every page's DMA address is written and judged in one pass; the entries
+                        // are published only if the state machine commits this call's success.
+                        let mut scan = tables::FailedPageScan::default();
+                        let filled = t.time(timing::Step::SgFill, || {
+                            sg.fill(GPU_PAGE_SIZE as u32, |i| {
+                                let dma = m.dma_address(i)?;
+                                if let Some(phys) = p.physical_address(i) {
+                                    scan.page(i, phys, dma);
+                                }
+                                Some(dma)
+                            })
+                        });
+                        if scan.first_failed().is_some() {
+                            // A page the driver did not map, in a mapping it reported as made.
+                            // (The header check gave every entry a DMA address, so the fill
+                            // saw every page.)
+                            Err(Errno::EIO)
+                        } else {
+                            filled.map_err(errno)
+                        }
+                    }
                     _ => Err(Errno::EINVAL),
                 }
             }

@@ -66,9 +66,10 @@ impl PageTableHeader {
 /// kernel-open/nvidia/nv-dma.c).
 pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
 
-/// The first page (0-based) of a DMA mapping of `n` pages that the driver did not map, or `None`.
-/// `page(i)` gives page `i`'s physical (BAR1) address, the value the driver starts from, and its
-/// DMA address (`None`: not known, not judged).
+/// Finds the first page (0-based) of a DMA mapping that the driver did not map, looking at the
+/// pages one at a time in order, in the pass that fills the SG entries from them ([`Self::page`]
+/// for each page whose physical (BAR1) address, the value the driver starts from, and DMA address
+/// are known; [`Self::first_failed`] at the end).
 ///
 /// Drivers up to 580 go on after a page fails: they unmap the pages before it and return the last
 /// page's status, so a failure before the last page comes back as a mapping made
@@ -80,13 +81,39 @@ pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
 ///   inclusive end for an exclusive one and so refuses the last 64 KiB of BAR1, nv-dma.c 550:837)
 ///   keeps its physical address, which tells only where the other pages were translated (an
 ///   IOMMU): without translation every DMA address is its physical one.
-pub fn first_failed_page(n: u32, page: impl Fn(u32) -> Option<(u64, u64)>) -> Option<u32> {
-    let translated = (0..n)
-        .filter_map(&page)
-        .any(|(phys, dma)| dma != phys && dma != DMA_MAPPING_ERROR);
-    (0..n).find(|&i| {
-        page(i).is_some_and(|(phys, dma)| dma == DMA_MAPPING_ERROR || (translated && dma == phys))
-    })
+///
+/// So a page failed when its DMA address is `DMA_MAPPING_ERROR`, or, when some page of the mapping
+/// was translated, when its DMA address is its physical one; the first such page is the answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailedPageScan {
+    /// Some page's DMA address is neither its physical one nor `DMA_MAPPING_ERROR`.
+    translated: bool,
+    /// The first page whose DMA address is `DMA_MAPPING_ERROR`.
+    first_error: Option<u32>,
+    /// The first page whose DMA address is its physical one.
+    first_untranslated: Option<u32>,
+}
+
+impl FailedPageScan {
+    /// Page `i` (pages come in increasing order) has physical address `phys` and DMA address `dma`.
+    pub fn page(&mut self, i: u32, phys: u64, dma: u64) {
+        if dma == DMA_MAPPING_ERROR {
+            self.first_error.get_or_insert(i);
+        } else if dma == phys {
+            self.first_untranslated.get_or_insert(i);
+        } else {
+            self.translated = true;
+        }
+    }
+
+    /// The first page the driver did not map, among those seen; `None` if none.
+    pub fn first_failed(&self) -> Option<u32> {
+        let untranslated = self.first_untranslated.filter(|_| self.translated);
+        match (self.first_error, untranslated) {
+            (Some(e), Some(u)) => Some(e.min(u)),
+            (e, u) => e.or(u),
+        }
+    }
 }
 
 /// The fields of a DMA mapping that matter.
@@ -119,12 +146,18 @@ impl DmaMappingHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
+
+    fn first_failed_page(pages: &[(u64, u64)]) -> Option<u32> {
+        let mut scan = FailedPageScan::default();
+        for (i, &(phys, dma)) in pages.iter().enumerate() {
+            scan.page(i as u32, phys, dma);
+        }
+        scan.first_failed()
+    }
 
     #[test]
     fn a_mapping_with_a_failed_page_is_found_out() {
-        fn first_failed_page(pages: &[(u64, u64)]) -> Option<u32> {
-            super::first_failed_page(pages.len() as u32, |i| pages.get(i as usize).copied())
-        }
         // No translation: every DMA address is its physical one.
         let direct = [(0xa000, 0xa000), (0xb000, 0xb000), (0xc000, 0xc000)];
         assert_eq!(first_failed_page(&direct), None);
@@ -145,7 +178,62 @@ mod tests {
         // Page 2 refused before mapping: its physical address, among translated ones.
         let refused = [(0xa000, 0xf000), (0xb000, 0xe000), (0xc000, 0xc000)];
         assert_eq!(first_failed_page(&refused), Some(2));
+        // ... and before the translated ones: found once a later page shows translation.
+        let refused_first = [(0xa000, 0xa000), (0xb000, 0xe000), (0xc000, 0xd000)];
+        assert_eq!(first_failed_page(&refused_first), Some(0));
+        // A refused page after a failed one: the failed one is first, and the other way round.
+        let both = [
+            (0xa000, 0xf000),
+            (0xb000, DMA_MAPPING_ERROR),
+            (0xc000, 0xc000),
+        ];
+        assert_eq!(first_failed_page(&both), Some(1));
+        let both = [
+            (0xa000, 0xf000),
+            (0xb000, 0xb000),
+            (0xc000, DMA_MAPPING_ERROR),
+        ];
+        assert_eq!(first_failed_page(&both), Some(1));
         assert_eq!(first_failed_page(&[]), None);
+    }
+
+    /// The one-pass scan gives what the rule says, read over the whole mapping at once (the
+    /// definition the glue used before it checked in the pass that fills the SG entries): every
+    /// mapping of up to 4 pages whose addresses are drawn from a physical one, another, and
+    /// `DMA_MAPPING_ERROR`.
+    #[test]
+    fn the_scan_finds_what_the_whole_mapping_rule_finds() {
+        fn by_rule(pages: &[(u64, u64)]) -> Option<u32> {
+            let translated = pages
+                .iter()
+                .any(|&(phys, dma)| dma != phys && dma != DMA_MAPPING_ERROR);
+            (0..pages.len() as u32).find(|&i| {
+                let (phys, dma) = pages[i as usize];
+                dma == DMA_MAPPING_ERROR || (translated && dma == phys)
+            })
+        }
+        let mut checked = 0;
+        let mut failed = 0;
+        for n in 0..=4u32 {
+            for code in 0..3u32.pow(n) {
+                let pages: Vec<(u64, u64)> = (0..n)
+                    .map(|i| {
+                        let phys = 0x10_0000 + u64::from(i) * 0x1_0000;
+                        let dma = match code / 3u32.pow(i) % 3 {
+                            0 => phys,
+                            1 => 0xf000_0000 - u64::from(i) * 0x1_0000,
+                            _ => DMA_MAPPING_ERROR,
+                        };
+                        (phys, dma)
+                    })
+                    .collect();
+                assert_eq!(first_failed_page(&pages), by_rule(&pages), "{pages:x?}");
+                checked += 1;
+                failed += usize::from(by_rule(&pages).is_some());
+            }
+        }
+        assert_eq!(checked, 1 + 3 + 9 + 27 + 81);
+        assert!(failed > 0 && failed < checked);
     }
 
     #[test]

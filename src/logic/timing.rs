@@ -114,9 +114,10 @@ pub enum Step {
     RegCtxFree,
     /// Allocating the SG entries (`sg_alloc_table`).
     SgAlloc,
-    /// Checking the DMA mapping before filling: its header, and every page mapped.
+    /// Checking the DMA mapping's header before filling.
     SgCheck,
-    /// Writing the DMA addresses into the SG entries.
+    /// Writing the DMA addresses into the SG entries, each page checked as mapped in the same
+    /// pass.
     SgFill,
     /// Copying the SG table header into the host's table (under the registration's lock).
     SgPublish,
