@@ -143,12 +143,14 @@ impl_has_work! {
 }
 
 // One live registration's memory is one `RegCtx` behind the `Arc`'s reference count (4 bytes,
-// padded to RegCtx's alignment): it fits a kmalloc-192 object wherever locks and work items carry
-// no debugging state (distribution kernels, the benchmark kernel), exactly (184 + 8 bytes). It
-// took a kmalloc-512 before the state machine dropped its copy of the host's call, and a
-// kmalloc-256 before it dropped N's page (the range's first page) and `SgEntries` its tag (issue
-// 23); a field more puts it back in a kmalloc-256, 64 bytes a registration. Lock debugging adds
-// its maps to the spinlock and the work item, and the object grows.
+// padded to RegCtx's alignment; `KBox` allocates exactly that size): it fits a kmalloc-192 object
+// wherever locks and work items carry no debugging state and spinlocks are not rtmutexes
+// (distribution kernels, the benchmark kernel), exactly (184 + 8 bytes). It took a kmalloc-512
+// before the state machine dropped its copy of the host's call, and a kmalloc-256 before it
+// dropped N's page (the range's first page) and `SgEntries` its tag (issue 23). `Inner` has 7
+// bytes of padding left (129 bytes used of 136); a field that needs more puts the registration
+// back in a kmalloc-256, 64 bytes more each. Lock debugging adds its maps to the spinlock and the
+// work item, and the object grows.
 #[cfg(not(any(CONFIG_DEBUG_SPINLOCK, CONFIG_DEBUG_LOCK_ALLOC, CONFIG_PREEMPT_RT)))]
 const _: () = assert!(core::mem::size_of::<RegCtx>() + core::mem::align_of::<RegCtx>() <= 192);
 
@@ -444,8 +446,8 @@ impl RegCtx {
                         });
                         if scan.first_failed().is_some() {
                             // A page the driver did not map, in a mapping it reported as made.
-                            // (The header check gave every entry a DMA address, so the fill
-                            // saw every page.)
+                            // (The fill stops early only on a mapping with no DMA addresses at
+                            // all, at page 0, where no page can be judged either way.)
                             Err(Errno::EIO)
                         } else {
                             filled.map_err(errno)
