@@ -299,7 +299,8 @@ def parse(text, boot=0):
             elif f[0] == "latfc":
                 assert f[4] == "cycles" and len(f) == 18, "field layout"
                 out["latfc"].append(dict(base, size=int(f[2]), cycles=int(f[3]),
-                                         calls=[int(x) for x in f[5:11]]))
+                                         calls=[int(x) for x in f[5:11]],
+                                         fn_ns=[int(x) for x in f[11:17]]))
             elif f[0] == "inv":
                 assert f[5] == "free" and len(f) == 19, "field layout"
                 out["inv"].append(dict(base, size=int(f[2]), ns=int(f[4]),
@@ -641,6 +642,31 @@ def where_time_goes(data, accs, sizes, lat):
         if big:
             lines += ["", f"At 16 MiB and above (fixed costs amortised), all clients: median "
                       f"{median(big) / 1000:.2f} µs per 64 KiB page to map."]
+        lines.append("")
+    # The same two calls where the counters are read around all of a size's cycles instead of
+    # around each call, and no step accounting runs (the first-registration runs).
+    per_call = {}
+    for r in data.get("latfc", []):
+        if r["boot"] in accs and r["cost"] == 0 and r["calls"][4] and r["calls"][5]:
+            per_call.setdefault((r["size"], r["client"]), []).append(
+                (r["fn_ns"][4] / r["calls"][4], r["fn_ns"][5] / r["calls"][5]))
+    if per_call:
+        lines += ["### The DMA calls timed without per-call counting (µs per call)", "",
+                  "`nvidia_p2p_dma_map_pages` and `nvidia_p2p_dma_unmap_pages` per call in the "
+                  "first-registration runs, cost model off: the NVIDIA stand-in's time in them over "
+                  "all of a size's cycles, read before the first and after the last (no counters read "
+                  "between calls, no step accounting), divided by the calls; median over the blocks. "
+                  "The counted runs above read the counters, and peermem-rs's time file, around every "
+                  "call.", "",
+                  "| size | " + " | ".join(f"{c} map / unmap" for c in LABELS) + " | rs-i − nv map / unmap |",
+                  "|---|" + "---|" * (len(LABELS) + 1)]
+        for z in sorted({z for z, _ in per_call}):
+            got = {c: (median([m for m, _ in per_call[(z, c)]]), median([u for _, u in per_call[(z, c)]]))
+                   for c in LABELS if (z, c) in per_call}
+            cells = [f"{got[c][0] / 1000:.1f} / {got[c][1] / 1000:.1f}" if c in got else "–" for c in LABELS]
+            gap = (f"{(got['rs-i'][0] - got['nv'][0]) / 1000:+.1f} / {(got['rs-i'][1] - got['nv'][1]) / 1000:+.1f}"
+                   if "rs-i" in got and "nv" in got else "–")
+            lines.append(f"| {size_name(z)} | " + " | ".join(cells) + f" | {gap} |")
         lines.append("")
 
     # How much reading the counters (and peermem-rs's clock reads) changes a registration.
