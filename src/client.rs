@@ -410,52 +410,28 @@ impl RegCtx {
                 }
                 r.map_err(errno)
             }
-            Op::AllocSg => {
-                let sg = t.time(timing::Step::SgAlloc, || SgEntries::alloc(range.pages()));
-                // Entries of an earlier dma_map that failed (never published) are freed here, with
-                // the lock dropped, when the new ones take their place.
-                sg.map(|sg| out.sg = Some(sg)).map_err(errno)
-            }
             Op::MapP => match (args.peer.take(), &out.p) {
-                (Some(peer), Some(p)) => p
-                    .dma_map(&peer, t)
-                    .map(|mapping| out.mapping = Some((peer, mapping)))
-                    .map_err(errno),
+                (Some(peer), Some(p)) => {
+                    // The entries first: if they cannot be had, nothing is mapped. Entries of an
+                    // earlier dma_map that failed (never published) are freed here, with the lock
+                    // dropped, when the new ones take their place.
+                    let sg = t.time(timing::Step::SgAlloc, || SgEntries::alloc(range.pages()));
+                    match sg {
+                        Ok(sg) => {
+                            out.sg = Some(sg);
+                            p.dma_map(&peer, t)
+                                .map(|mapping| out.mapping = Some((peer, mapping)))
+                                .map_err(errno)
+                        }
+                        Err(e) => Err(errno(e)),
+                    }
+                }
                 _ => Err(Errno::EINVAL),
             },
-            Op::FillSg => {
-                let well_formed = match (&out.sg, &out.mapping) {
-                    (Some(_), Some((_, m))) => t.time(timing::Step::SgCheck, || {
-                        m.header().check(range.pages()).is_ok()
-                    }),
-                    _ => false,
-                };
-                match (&out.p, &mut out.sg, &out.mapping, well_formed) {
-                    (Some(p), Some(sg), Some((_, m)), true) => {
-                        // Every page's DMA address is written and judged in one pass; the entries
-                        // are published only if the state machine commits this call's success.
-                        let mut scan = tables::FailedPageScan::default();
-                        let filled = t.time(timing::Step::SgFill, || {
-                            sg.fill(GPU_PAGE_SIZE as u32, |i| {
-                                let dma = m.dma_address(i)?;
-                                if let Some(phys) = p.physical_address(i) {
-                                    scan.page(i, phys, dma);
-                                }
-                                Some(dma)
-                            })
-                        });
-                        if scan.first_failed().is_some() {
-                            // A page the driver did not map, in a mapping it reported as made.
-                            // (The fill stops early only on a mapping with no DMA addresses at
-                            // all, at page 0, where no page can be judged either way.)
-                            Err(Errno::EIO)
-                        } else {
-                            filled.map_err(errno)
-                        }
-                    }
-                    _ => Err(Errno::EINVAL),
-                }
-            }
+            Op::FillSg => match (&out.p, &mut out.sg, &out.mapping) {
+                (Some(p), Some(sg), Some((_, m))) => fill_sg(sg, p, m, range, t),
+                _ => Err(Errno::EINVAL),
+            },
             Op::UnmapP => {
                 if let (Some(p), Some((peer, m))) = (&out.p, out.mapping.take()) {
                     p.dma_unmap(&peer, m, t);
@@ -477,6 +453,40 @@ impl RegCtx {
     }
 }
 
+/// `Op::FillSg`: checks P's DMA mapping `m` for `range` and writes each page's DMA address into
+/// `sg`, judging the page in the same pass; the entries are published only if the state machine
+/// commits the call's success. `EINVAL`: a mapping of a layout we do not know; `EIO`: a page the
+/// driver did not map, in a mapping it reported as made.
+fn fill_sg(
+    sg: &mut SgEntries,
+    p: &PersistentPin,
+    m: &DmaMapping,
+    range: GpuRange,
+    t: Timing,
+) -> Result<(), Errno> {
+    if t.time(timing::Step::SgCheck, || m.header().check(range.pages()))
+        .is_err()
+    {
+        return Err(Errno::EINVAL);
+    }
+    let mut scan = tables::FailedPageScan::default();
+    let filled = t.time(timing::Step::SgFill, || {
+        sg.fill(GPU_PAGE_SIZE as u32, |i| {
+            let dma = m.dma_address(i)?;
+            if let Some(phys) = p.physical_address(i) {
+                scan.page(i, phys, dma);
+            }
+            Some(dma)
+        })
+    });
+    if scan.first_failed().is_some() {
+        // (The fill stops early only on a mapping with no DMA addresses at all, at page 0, where
+        // no page can be judged either way.)
+        return Err(Errno::EIO);
+    }
+    filled.map_err(kapi::errno)
+}
+
 /// What a call of the state machine takes out of the registration, under the lock, for the time
 /// it runs with the lock dropped, and what it made meanwhile: put back under the lock, before
 /// the result is reported. The state machine keeps anyone else from the same handles meanwhile: P
@@ -496,8 +506,16 @@ impl Handles {
     /// Takes out of `g` what `op` works on.
     fn take(op: Op, g: &mut Inner) -> Self {
         match op {
-            Op::MapP | Op::UnpinP => Self {
+            Op::UnpinP => Self {
                 p: g.p.take(),
+                ..Self::default()
+            },
+            // The SG entries: what an earlier dma_map that failed left, replaced by the call, and
+            // so freed with the lock dropped (`put_back` never has to replace a handle under the
+            // lock).
+            Op::MapP => Self {
+                p: g.p.take(),
+                sg: g.sg.take(),
                 ..Self::default()
             },
             Op::UnmapP => Self {
@@ -515,18 +533,12 @@ impl Handles {
                 core_context: g.state.core_context(),
                 ..Self::default()
             },
-            // What an earlier dma_map that failed left: replaced by the call, and so freed with the
-            // lock dropped (`put_back` never has to replace a handle under the lock).
-            Op::AllocSg => Self {
-                sg: g.sg.take(),
-                ..Self::default()
-            },
             Op::PinN | Op::UnpinN | Op::ProveUnpinN | Op::DriverBarrier => Self::default(),
         }
     }
 
     /// Puts back into `g` what is left of what was taken, and what the call made (the SG entries
-    /// of `AllocSg`, the mapping of `MapP`); a handle the call used up (P after `UnpinP`, the
+    /// and the mapping of `MapP`); a handle the call used up (P after `UnpinP`, the
     /// mapping after `UnmapP`) stays gone. Each goes into a field [`Handles::take`] emptied for
     /// this call (the state machine lets no other call fill it meanwhile), so nothing is dropped
     /// under the lock.

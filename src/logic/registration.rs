@@ -179,11 +179,13 @@ pub enum Op {
     /// Pinned under `N_PINS`, as every persistent pin of that client. Only with
     /// [`NRelease::ProveThenUnpin`], which the module never uses.
     ProveUnpinN,
-    /// Allocate the SG entries dma_map will hand the host (no lock may be held: it may sleep).
-    AllocSg,
-    /// `nvidia_p2p_dma_map_pages` of P's table for the host's device.
+    /// Allocate the SG entries dma_map will hand the host (it may sleep), then
+    /// `nvidia_p2p_dma_map_pages` of P's table for the host's device. Entries that cannot be
+    /// allocated end the call with `ENOMEM` before the driver is called (nothing mapped). One
+    /// call, one hold of the lock less than two: nothing the state machine decides depends on
+    /// what happens between the allocation and the mapping.
     MapP,
-    /// Read P's DMA mapping (checked) into the SG entries allocated by `AllocSg`.
+    /// Read P's DMA mapping (checked) into the SG entries allocated by `MapP`.
     FillSg,
     /// `nvidia_p2p_dma_unmap_pages` of P's mapping (takes no driver lock).
     UnmapP,
@@ -464,7 +466,7 @@ enum PPin {
 enum PUse {
     /// Not mapped, no call on it.
     Idle,
-    /// Reserved by a dma_map: `AllocSg` or `MapP` in flight.
+    /// Reserved by a dma_map: `MapP` in flight.
     Mapping,
     /// `MapP` succeeded; P stays reserved for that dma_map until its `FillSg` is reported.
     MappedReserved,
@@ -1016,7 +1018,7 @@ impl Registration {
                     }
                     // P is reserved for this dma_map from the allocation to the commit.
                     self.p.set(PUse::Mapping);
-                    self.host_call(Op::AllocSg)
+                    self.host_call(Op::MapP)
                 }
                 InFlight::DmaUnmap => {
                     if self.p.is(PUse::Mapped) {
@@ -1121,21 +1123,11 @@ impl Registration {
                 };
                 self.set_host_stage(HostStage::Finish(answer));
             }
-            (InFlight::DmaMap, Op::AllocSg) => match result {
-                Ok(()) => {
-                    self.set_host_stage(HostStage::Waiting(Op::MapP));
-                }
-                Err(_) => {
-                    self.p.set(PUse::Idle);
-                    self.set_host_stage(HostStage::Finish(Err(Refusal::new(
-                        Errno::ENOMEM,
-                        Cause::OutOfMemory,
-                    ))));
-                }
-            },
             (InFlight::DmaMap, Op::MapP) => match result {
                 Ok(()) => self.set_host_stage(HostStage::Waiting(Op::FillSg)),
                 Err(errno) => {
+                    // Nothing mapped. ENOMEM also stands for SG entries the glue could not
+                    // allocate: out of memory either way (`Cause::of_map_errno`).
                     let refusal = if self.n == NPin::TornDown {
                         FREED
                     } else {
@@ -1385,7 +1377,7 @@ mod tests {
     fn mapped_as(mut r: Registration) -> Registration {
         host(&mut r, get_pages(), OWNER);
         let steps = host(&mut r, HostCall::DmaMap, OWNER);
-        assert_eq!(calls(&steps), [Op::AllocSg, Op::MapP, Op::FillSg]);
+        assert_eq!(calls(&steps), [Op::MapP, Op::FillSg]);
         assert_eq!(r.phase(), Phase::Mapped);
         r
     }
@@ -1516,7 +1508,7 @@ mod tests {
         assert_eq!(r.phase(), Phase::Pinned);
         assert_eq!(r.core_context(), 8);
         let steps = host(&mut r, HostCall::DmaMap, OWNER);
-        assert_eq!(calls(&steps), [Op::AllocSg, Op::MapP, Op::FillSg]);
+        assert_eq!(calls(&steps), [Op::MapP, Op::FillSg]);
         // The free calls N back: the adopted registration is the one invalidated.
         assert!(r.begin_callback());
         let (steps, _) = run(&mut r, Actor::Callback, ok);
@@ -1681,10 +1673,7 @@ mod tests {
             }
             Ok(())
         });
-        assert_eq!(
-            calls(&steps),
-            [Op::AllocSg, Op::MapP, Op::FillSg, Op::UnmapP]
-        );
+        assert_eq!(calls(&steps), [Op::MapP, Op::FillSg, Op::UnmapP]);
         assert_eq!(result, Err(FREED));
         // The host unwinds: put_pages (P goes), release.
         let steps = host(&mut r, HostCall::PutPages, OWNER);
@@ -1694,6 +1683,25 @@ mod tests {
         assert!(r.quiescent());
     }
 
+    /// SG entries the glue cannot allocate (or a mapping the driver cannot) end the dma_map out
+    /// of memory with nothing mapped and nothing to undo; P is free for the host's next try.
+    #[test]
+    fn a_dma_map_out_of_memory_maps_nothing_and_may_be_tried_again() {
+        for flavour in [Flavour::Persistent, Flavour::Invalidating] {
+            let mut r = Registration::acquired(flavour, range(), OWNER);
+            host(&mut r, get_pages(), OWNER);
+            r.begin(HostCall::DmaMap, OWNER).unwrap();
+            let (steps, result) = run(&mut r, Actor::Host, failing(Op::MapP, Errno::ENOMEM));
+            assert_eq!(calls(&steps), [Op::MapP]);
+            assert_eq!(result, Err(Refusal::new(Errno::ENOMEM, Cause::OutOfMemory)));
+            assert!(!r.is_mapped());
+            assert_eq!(r.phase(), Phase::Pinned);
+            let steps = host(&mut r, HostCall::DmaMap, OWNER);
+            assert_eq!(calls(&steps), [Op::MapP, Op::FillSg]);
+            assert_eq!(r.phase(), Phase::Mapped);
+        }
+    }
+
     #[test]
     fn a_half_made_mapping_is_unmapped_and_refused() {
         for flavour in [Flavour::Persistent, Flavour::Invalidating] {
@@ -1701,10 +1709,7 @@ mod tests {
             host(&mut r, get_pages(), OWNER);
             r.begin(HostCall::DmaMap, OWNER).unwrap();
             let (steps, result) = run(&mut r, Actor::Host, failing(Op::FillSg, Errno::EIO));
-            assert_eq!(
-                calls(&steps),
-                [Op::AllocSg, Op::MapP, Op::FillSg, Op::UnmapP]
-            );
+            assert_eq!(calls(&steps), [Op::MapP, Op::FillSg, Op::UnmapP]);
             assert_eq!(
                 result,
                 Err(Refusal::new(Errno::EIO, Cause::PartialDmaMapping))

@@ -260,7 +260,6 @@ impl World {
                     Op::MapP => self.call_driver(tid, DOp::Map(!self.maps_n())),
                     Op::UnmapP => self.call_driver(tid, DOp::Unmap(!self.maps_n())),
                     Op::UnpinP => self.call_driver(tid, DOp::UnpinP),
-                    Op::AllocSg => self.threads[tid].ret = Some(Ok(())),
                     Op::FillSg => {
                         let mapped = if self.maps_n() { self.n } else { self.p };
                         if !(mapped.table_alive && mapped.mapped) {
