@@ -23,6 +23,7 @@
  *   latfc LABEL SIZE CYCLES cycles C*6 N*6 MODEL   (latency-first: the provider's calls over all
  *       its CYCLES registrations and deregistrations of one size, warm-up included, read before
  *       the first and after the last, so that no reading falls between two timed calls)
+ *   latpc LABEL SIZE CYCLES cycles C*6 N*6 MODEL   (latency-plain: the same, around its cycles)
  *   lat LABEL SIZE RUN REG_NS DEREG_NS reg C*6 N*6 MODEL dereg C*6 N*6 MODEL
  *       C: calls of get_pages, get_pages_persistent, put_pages, put_pages_persistent,
  *       dma_map_pages, dma_unmap_pages during the registration (reg) or the deregistration
@@ -387,11 +388,15 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 
 	for (int s = 0; s < nsizes; s++) {
 		uint64_t size = parse_size(sizes[s]);
+		struct provider pa, pb, d;
 		struct gpu_buf b;
 
 		if (!size)
 			fatal("not a size: %s", sizes[s]);
 		buf_alloc(&b, gpu, size);
+		/* Back to back: the provider's counters only around all of the size's cycles. */
+		if (!counted)
+			provider_read(&pa);
 		for (int run = -WARMUP; run < runs; run++) {
 			struct provider p0, p1, p2, dr, dd;
 			static struct steps s0, s1, s2;	/* 20 KiB each: not on the stack */
@@ -435,6 +440,13 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 			provider_print(&dr);
 			printf(" dereg");
 			provider_print(&dd);
+			printf("\n");
+		}
+		if (!counted) {
+			provider_read(&pb);
+			d = provider_delta(&pa, &pb);
+			printf("latpc %s %llu %d cycles", label, (unsigned long long)size, runs + WARMUP);
+			provider_print(&d);
 			printf("\n");
 		}
 		fflush(stdout);

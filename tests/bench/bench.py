@@ -270,7 +270,7 @@ def seed_of(*key):
 def parse(text, boot=0):
     """One boot's raw records into dicts, each with its boot and block. Malformed lines are an
     error."""
-    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "inv", "tput", "mem", "slab", "steps", "blk")}
+    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "latpc", "inv", "tput", "mem", "slab", "steps", "blk")}
     block = 0
     for n, line in enumerate(text.splitlines(), 1):
         f = line.split()
@@ -296,9 +296,9 @@ def parse(text, boot=0):
                 assert len(f) == 6, "field layout"
                 out[f[0]].append(dict(base, size=int(f[2]), run=int(f[3]), reg_ns=int(f[4]),
                                         dereg_ns=int(f[5])))
-            elif f[0] == "latfc":
+            elif f[0] in ("latfc", "latpc"):
                 assert f[4] == "cycles" and len(f) == 18, "field layout"
-                out["latfc"].append(dict(base, size=int(f[2]), cycles=int(f[3]),
+                out[f[0]].append(dict(base, size=int(f[2]), cycles=int(f[3]),
                                          calls=[int(x) for x in f[5:11]],
                                          fn_ns=[int(x) for x in f[11:17]]))
             elif f[0] == "inv":
@@ -644,29 +644,32 @@ def where_time_goes(data, accs, sizes, lat):
                       f"{median(big) / 1000:.2f} µs per 64 KiB page to map."]
         lines.append("")
     # The same two calls where the counters are read around all of a size's cycles instead of
-    # around each call, and no step accounting runs (the first-registration runs).
+    # around each call, and no step accounting runs: the back-to-back re-registration runs
+    # (latpc, since 0ec98d3's run) and the first-registration runs (latfc).
     per_call = {}
-    for r in data.get("latfc", []):
-        if r["boot"] in accs and r["cost"] == 0 and r["calls"][4] and r["calls"][5]:
-            per_call.setdefault((r["size"], r["client"]), []).append(
-                (r["fn_ns"][4] / r["calls"][4], r["fn_ns"][5] / r["calls"][5]))
+    for kind, workload in (("latpc", "re-registration"), ("latfc", "first registration")):
+        for r in data.get(kind, []):
+            if r["boot"] in accs and r["cost"] == 0 and r["calls"][4] and r["calls"][5]:
+                per_call.setdefault((workload, r["size"], r["client"]), []).append(
+                    (r["fn_ns"][4] / r["calls"][4], r["fn_ns"][5] / r["calls"][5]))
     if per_call:
         lines += ["### The DMA calls timed without per-call counting (µs per call)", "",
-                  "`nvidia_p2p_dma_map_pages` and `nvidia_p2p_dma_unmap_pages` per call in the "
-                  "first-registration runs, cost model off: the NVIDIA stand-in's time in them over "
-                  "all of a size's cycles, read before the first and after the last (no counters read "
-                  "between calls, no step accounting), divided by the calls; median over the blocks. "
-                  "The counted runs above read the counters, and peermem-rs's time file, around every "
-                  "call.", "",
-                  "| size | " + " | ".join(f"{c} map / unmap" for c in LABELS) + " | rs-i − nv map / unmap |",
-                  "|---|" + "---|" * (len(LABELS) + 1)]
-        for z in sorted({z for z, _ in per_call}):
-            got = {c: (median([m for m, _ in per_call[(z, c)]]), median([u for _, u in per_call[(z, c)]]))
-                   for c in LABELS if (z, c) in per_call}
+                  "`nvidia_p2p_dma_map_pages` and `nvidia_p2p_dma_unmap_pages` per call, cost model "
+                  "off, in the back-to-back runs of each workload: the NVIDIA stand-in's time in them "
+                  "over all of a size's cycles, read before the first and after the last (no counters "
+                  "read between calls, no step accounting), divided by the calls; median over the "
+                  "blocks. The counted runs above read the counters, and peermem-rs's time file, "
+                  "around every call.", "",
+                  "| workload | size | " + " | ".join(f"{c} map / unmap" for c in LABELS)
+                  + " | rs-i − nv map / unmap |",
+                  "|---|---|" + "---|" * (len(LABELS) + 1)]
+        for w, z in sorted({(w, z) for w, z, _ in per_call}, key=lambda k: (k[0] != "re-registration", k[1])):
+            got = {c: (median([m for m, _ in per_call[(w, z, c)]]), median([u for _, u in per_call[(w, z, c)]]))
+                   for c in LABELS if (w, z, c) in per_call}
             cells = [f"{got[c][0] / 1000:.1f} / {got[c][1] / 1000:.1f}" if c in got else "–" for c in LABELS]
             gap = (f"{(got['rs-i'][0] - got['nv'][0]) / 1000:+.1f} / {(got['rs-i'][1] - got['nv'][1]) / 1000:+.1f}"
                    if "rs-i" in got and "nv" in got else "–")
-            lines.append(f"| {size_name(z)} | " + " | ".join(cells) + f" | {gap} |")
+            lines.append(f"| {w} | {size_name(z)} | " + " | ".join(cells) + f" | {gap} |")
         lines.append("")
 
     # How much reading the counters (and peermem-rs's clock reads) changes a registration.
@@ -891,6 +894,46 @@ def report(data, meta, boots):
                 cells += [" / ".join(f"{x / 1000:+.1f}" for x in diff), "; ".join(calls)]
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+
+    # The same split without per-call counting: each back-to-back cycle (a registration and its
+    # deregistration) against the provider's time per cycle, read around all of a size's cycles.
+    cyc, pc = {}, {}
+    for r in data["latp"]:
+        if r["boot"] in accs:
+            cyc.setdefault((r["client"], r["cost"], r["size"]), {}).setdefault(r["boot"], []).append(
+                r["reg_ns"] + r["dereg_ns"])
+    for r in data.get("latpc", []):
+        if r["boot"] in accs and r["cycles"]:
+            pc.setdefault((r["client"], r["cost"], r["size"]), {}).setdefault(r["boot"], []).append(
+                sum(r["fn_ns"]) / r["cycles"])
+    rows = []
+    for size in sizes:
+        for cost in (0, 1):
+            keys = [(c, cost, size) for c in ("rs-i", "nv")]
+            if any(k not in cyc or k not in pc or not accs <= set(cyc[k]) or not accs <= set(pc[k]) for k in keys):
+                continue
+            per = {c: {x: (median(cyc[(c, cost, size)][x]), median(pc[(c, cost, size)][x])) for x in accs}
+                   for c in ("rs-i", "nv")}
+            cells = [size_name(size), "on" if cost else "off"]
+            for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1]):
+                cells.append(" / ".join(fmt_us(median([part(per[c][x]) for x in accs])) for c in ("rs-i", "nv")))
+            d = [[part(per["rs-i"][x]) - part(per["nv"][x]) for x in accs]
+                 for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1])]
+            cells.append(" / ".join(f"{median(v) / 1000:+.1f}" for v in d)
+                         + f" ({min(d[2]) / 1000:+.1f} to {max(d[2]) / 1000:+.1f})")
+            rows.append("| " + " | ".join(cells) + " |")
+    if rows:
+        lines += ["The same split from the back-to-back re-registration runs of the first table, which "
+                  "read no counter between calls (µs per cycle: a registration and its deregistration "
+                  "together, since the provider's time is read only around all of a size's cycles). "
+                  "Cycle: the per-boot median of a run's registration plus deregistration. Provider: "
+                  "the NVIDIA stand-in's `nvidia_p2p_*` time over all of the size's cycles (warm-up "
+                  "cycles included), divided by the cycles, per-boot median over the blocks. Rest: "
+                  "cycle minus provider (each client's own code, the host stand-in and the ioctl). "
+                  "Medians over the accepted boots; the gap is the median of the per-boot differences "
+                  "(in brackets the range of the rest's).", "",
+                  "| size | model | cycle rs-i / nv | provider rs-i / nv | rest rs-i / nv | "
+                  "rs-i − nv: gap / provider / rest (rest's range) |", "|---|---|---|---|---|---|"] + rows + [""]
 
     # Invalidation, like for like.
     inv = {}
@@ -1129,6 +1172,8 @@ def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
                                          f"get_pages.nvidia_p2p_get_pages:1:20000 get_pages.own:1:10000 "
                                          f"get_pages.reg_lock_hold:2:400 timing.clock_read:0:5")
                     lines.append(f"latfc {c}:{cost} {z} {runs + 2} cycles 7 7 0 7 7 7 1 2 3 4 5 6 0")
+                    lines.append(f"latpc {c}:{cost} {z} {runs + 2} cycles 7 0 7 0 7 7 "
+                                 f"{int(7 * share * 1000)} 0 700 0 7000 7000 0")
                 for t in THREADS:
                     lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
                 if cost == 0:
@@ -1178,7 +1223,8 @@ def check_parse():
     assert d["slab"][0]["cache"] == "kmalloc-256" and d["slab"][0]["after"] == 90
     assert d["lat"][0]["reg_calls"] == [1, 0, 0, 0, 1, 0] and d["lat"][0]["reg_fn_ns"][0] == 20000
     assert len(d["latf"]) == len(d["latp"]) and d["latfc"][0]["cycles"] == 7 and d["latfc"][0]["calls"][3] == 7
-    for bad in ("lat rs-p:1 65536 0 1000", "latfc nv:0 65536 7 7 0 0 0 0 0", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
+    assert d["latpc"][0]["cycles"] == 7 and d["latpc"][0]["fn_ns"][0] == 5600 and d["latpc"][0]["calls"][1] == 0
+    for bad in ("lat rs-p:1 65536 0 1000", "latfc nv:0 65536 7 7 0 0 0 0 0", "latpc nv:0 65536 7 cycles 1 2", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
                 "blk 1 nobody 0", "slab nv:0 1 2 cache 3", "steps rs-i:0 1 2 both a:1:2"):
         try:
             parse(bad)
@@ -1241,6 +1287,10 @@ def check_report():
     # The first registrations, in their own table, after the re-registrations', judged alike.
     assert first < text.index("### First registration of memory") < text.index("Where each gap comes from")
     assert "rs-i gp1 gpp1 ppp1 dm1 du1" in text
+    # The back-to-back split: cycle, provider per cycle (latpc), the rest, and the DMA calls of both
+    # workloads without per-call counting.
+    assert "| 64 KiB | off | 136 / 169 | 2.90 / 3.10 | 133 / 166 | -33.0 / -0.2 / -32.8 (-32.8 to -32.8) |" in text
+    assert "| re-registration | 64 KiB | 1.0 / 1.0 | 1.0 / 1.0 | 1.0 / 1.0 | +0.0 / +0.0 |" in text
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
         if r["client"] == "rs-i" and r["size"] == 65536:
