@@ -23,7 +23,8 @@
  *   latfc LABEL SIZE CYCLES cycles C*6 N*6 MODEL   (latency-first: the provider's calls over all
  *       its CYCLES registrations and deregistrations of one size, warm-up included, read before
  *       the first and after the last, so that no reading falls between two timed calls)
- *   latpc LABEL SIZE CYCLES cycles C*6 N*6 MODEL   (latency-plain: the same, around its cycles)
+ *   latpc LABEL SIZE CYCLES cycles C*6 N*6 MODEL   (latency-plain: the same around its cycles
+ *       but the first warm-up, a first registration on a fresh buffer)
  *   lat LABEL SIZE RUN REG_NS DEREG_NS reg C*6 N*6 MODEL dereg C*6 N*6 MODEL
  *       C: calls of get_pages, get_pages_persistent, put_pages, put_pages_persistent,
  *       dma_map_pages, dma_unmap_pages during the registration (reg) or the deregistration
@@ -394,15 +395,22 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 		if (!size)
 			fatal("not a size: %s", sizes[s]);
 		buf_alloc(&b, gpu, size);
-		/* Back to back: the provider's counters only around all of the size's cycles. */
-		if (!counted)
-			provider_read(&pa);
 		for (int run = -WARMUP; run < runs; run++) {
 			struct provider p0, p1, p2, dr, dd;
 			static struct steps s0, s1, s2;	/* 20 KiB each: not on the stack */
 			bool stepped = false;
 			uint64_t t0, t1, t2, t3;
 			__u64 h;
+
+			/*
+			 * Back to back: the provider's counters only around the cycles, read after the
+			 * first warm-up (on a fresh buffer a first registration, unlike the runs timed)
+			 * and before the last one (which absorbs whatever the reading does to the next
+			 * call), so that they count re-registrations only and no reading falls between
+			 * two timed calls.
+			 */
+			if (!counted && run == 1 - WARMUP)
+				provider_read(&pa);
 
 			if (counted) {
 				stepped = !steps_read(&s0);
@@ -445,7 +453,7 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 		if (!counted) {
 			provider_read(&pb);
 			d = provider_delta(&pa, &pb);
-			printf("latpc %s %llu %d cycles", label, (unsigned long long)size, runs + WARMUP);
+			printf("latpc %s %llu %d cycles", label, (unsigned long long)size, runs + WARMUP - 1);
 			provider_print(&d);
 			printf("\n");
 		}

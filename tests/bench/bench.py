@@ -645,7 +645,7 @@ def where_time_goes(data, accs, sizes, lat):
         lines.append("")
     # The same two calls where the counters are read around all of a size's cycles instead of
     # around each call, and no step accounting runs: the back-to-back re-registration runs
-    # (latpc, since 0ec98d3's run) and the first-registration runs (latfc).
+    # (latpc, from the run after 232b265) and the first-registration runs (latfc).
     per_call = {}
     for kind, workload in (("latpc", "re-registration"), ("latfc", "first registration")):
         for r in data.get(kind, []):
@@ -656,9 +656,10 @@ def where_time_goes(data, accs, sizes, lat):
         lines += ["### The DMA calls timed without per-call counting (µs per call)", "",
                   "`nvidia_p2p_dma_map_pages` and `nvidia_p2p_dma_unmap_pages` per call, cost model "
                   "off, in the back-to-back runs of each workload: the NVIDIA stand-in's time in them "
-                  "over all of a size's cycles, read before the first and after the last (no counters "
-                  "read between calls, no step accounting), divided by the calls; median over the "
-                  "blocks. The counted runs above read the counters, and peermem-rs's time file, "
+                  "over a size's cycles (first registrations: all, warm-ups included; re-registrations: "
+                  "all but the first warm-up, a first registration), read before them and after them "
+                  "(no counters read between timed calls, no step accounting), divided by the calls; "
+                  "median over the blocks. The counted runs above read the counters, and peermem-rs's time file, "
                   "around every call.", "",
                   "| workload | size | " + " | ".join(f"{c} map / unmap" for c in LABELS)
                   + " | rs-i − nv map / unmap |",
@@ -927,9 +928,11 @@ def report(data, meta, boots):
                   "read no counter between calls (µs per cycle: a registration and its deregistration "
                   "together, since the provider's time is read only around all of a size's cycles). "
                   "Cycle: the per-boot median of a run's registration plus deregistration. Provider: "
-                  "the NVIDIA stand-in's `nvidia_p2p_*` time over all of the size's cycles (warm-up "
-                  "cycles included), divided by the cycles, per-boot median over the blocks. Rest: "
-                  "cycle minus provider (each client's own code, the host stand-in and the ioctl). "
+                  "the NVIDIA stand-in's `nvidia_p2p_*` time over the size's cycles but the first warm-up "
+                  "(on a fresh buffer a first registration, unlike the runs timed; the second warm-up "
+                  "is counted), divided by those cycles: a mean per cycle, per-boot median over the "
+                  "blocks. Rest: the median cycle minus that mean (each client's own code, the host "
+                  "stand-in and the ioctl). "
                   "Medians over the accepted boots; the gap is the median of the per-boot differences "
                   "(in brackets the range of the rest's).", "",
                   "| size | model | cycle rs-i / nv | provider rs-i / nv | rest rs-i / nv | "
