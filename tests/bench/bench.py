@@ -938,6 +938,45 @@ def report(data, meta, boots):
                   "| size | model | cycle rs-i / nv | provider rs-i / nv | rest rs-i / nv | "
                   "rs-i − nv: gap / provider / rest (rest's range) |", "|---|---|---|---|---|---|"] + rows + [""]
 
+    # The same by phase: the provider's time per call of each entry point (latpc) times the calls
+    # each phase makes (the counted runs' median counts), against the back-to-back medians.
+    by_phase = []
+    for size in sizes:
+        for cost in (0, 1):
+            keys = [(c, cost, size) for c in ("rs-i", "nv")]
+            if any(k not in cyc or k not in pc or not cnt.get(k) or not accs <= set(cyc[k]) for k in keys):
+                continue
+            diffs = {phase: [] for phase in PHASES}
+            for x in sorted(accs):
+                per = {}
+                for c in ("rs-i", "nv"):
+                    k = (c, cost, size)
+                    rs = [r for r in data.get("latpc", []) if (r["client"], r["cost"], r["size"]) == k
+                          and r["boot"] == x]
+                    pcall = [median([r["fn_ns"][i] / r["calls"][i] for r in rs]) if all(r["calls"][i] for r in rs)
+                             else 0 for i in range(6)]
+                    plain = [r for r in data["latp"] if (r["client"], r["cost"], r["size"]) == k and r["boot"] == x]
+                    for phase in PHASES:
+                        calls = [median([r[phase + "_calls"][i] for r in cnt[k]]) for i in range(6)]
+                        prov = sum(pcall[i] * calls[i] for i in range(6))
+                        tot = median([r[phase + "_ns"] for r in plain])
+                        per[(c, phase)] = (tot, prov, tot - prov)
+                for phase in PHASES:
+                    diffs[phase].append([per[("rs-i", phase)][j] - per[("nv", phase)][j] for j in range(3)])
+            cells = [size_name(size), "on" if cost else "off"]
+            for phase in PHASES:
+                cells.append(" / ".join(f"{median([d[j] for d in diffs[phase]]) / 1000:+.1f}" for j in range(3)))
+            by_phase.append("| " + " | ".join(cells) + " |")
+    if by_phase:
+        lines += ["By phase, from the same back-to-back runs (µs, rs-i minus nv, median over the accepted "
+                  "boots of the per-boot differences): the phase's median latency, the provider's part "
+                  "(each entry point's time per call over the size's cycles, as above, times the calls "
+                  "the counted runs make in that phase: this assumes a call costs the same in either "
+                  "phase, which matters only for nv's put_pages, made once in each, both of the whole "
+                  "range) and the rest.", "",
+                  "| size | model | registration: gap / provider / rest | deregistration: gap / provider / rest |",
+                  "|---|---|---|---|"] + by_phase + [""]
+
     # Invalidation, like for like.
     inv = {}
     for r in data["inv"]:
@@ -1294,6 +1333,7 @@ def check_report():
     # workloads without per-call counting.
     assert "| 64 KiB | off | 136 / 169 | 2.90 / 3.10 | 133 / 166 | -33.0 / -0.2 / -32.8 (-32.8 to -32.8) |" in text
     assert "| re-registration | 64 KiB | 1.0 / 1.0 | 1.0 / 1.0 | 1.0 / 1.0 | +0.0 / +0.0 |" in text
+    assert "| 64 KiB | off | -22.0 / -0.2 / -21.8 | -11.0 / +0.0 / -11.0 |" in text
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
         if r["client"] == "rs-i" and r["size"] == 65536:
