@@ -907,22 +907,25 @@ def report(data, meta, boots):
         if r["boot"] in accs and r["cycles"]:
             pc.setdefault((r["client"], r["cost"], r["size"]), {}).setdefault(r["boot"], []).append(
                 sum(r["fn_ns"]) / r["cycles"])
+
+    def measured(extra=lambda k: True):
+        """(size, cost) of the sizes and models where both clients have back-to-back runs and the
+        provider's cycle counts in every accepted boot (and `extra`)."""
+        return [(size, cost) for size in sizes for cost in (0, 1)
+                if all(k in cyc and k in pc and accs <= set(cyc[k]) and accs <= set(pc[k]) and extra(k)
+                       for k in [(c, cost, size) for c in ("rs-i", "nv")])]
     rows = []
-    for size in sizes:
-        for cost in (0, 1):
-            keys = [(c, cost, size) for c in ("rs-i", "nv")]
-            if any(k not in cyc or k not in pc or not accs <= set(cyc[k]) or not accs <= set(pc[k]) for k in keys):
-                continue
-            per = {c: {x: (median(cyc[(c, cost, size)][x]), median(pc[(c, cost, size)][x])) for x in accs}
-                   for c in ("rs-i", "nv")}
-            cells = [size_name(size), "on" if cost else "off"]
-            for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1]):
-                cells.append(" / ".join(fmt_us(median([part(per[c][x]) for x in accs])) for c in ("rs-i", "nv")))
-            d = [[part(per["rs-i"][x]) - part(per["nv"][x]) for x in accs]
-                 for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1])]
-            cells.append(" / ".join(f"{median(v) / 1000:+.1f}" for v in d)
-                         + f" ({min(d[2]) / 1000:+.1f} to {max(d[2]) / 1000:+.1f})")
-            rows.append("| " + " | ".join(cells) + " |")
+    for size, cost in measured():
+        per = {c: {x: (median(cyc[(c, cost, size)][x]), median(pc[(c, cost, size)][x])) for x in accs}
+               for c in ("rs-i", "nv")}
+        cells = [size_name(size), "on" if cost else "off"]
+        for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1]):
+            cells.append(" / ".join(fmt_us(median([part(per[c][x]) for x in accs])) for c in ("rs-i", "nv")))
+        d = [[part(per["rs-i"][x]) - part(per["nv"][x]) for x in accs]
+             for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1])]
+        cells.append(" / ".join(f"{median(v) / 1000:+.1f}" for v in d)
+                     + f" ({min(d[2]) / 1000:+.1f} to {max(d[2]) / 1000:+.1f})")
+        rows.append("| " + " | ".join(cells) + " |")
     if rows:
         lines += ["The same split from the back-to-back re-registration runs of the first table, which "
                   "read no counter between calls (µs per cycle: a registration and its deregistration "
@@ -941,32 +944,28 @@ def report(data, meta, boots):
     # The same by phase: the provider's time per call of each entry point (latpc) times the calls
     # each phase makes (the counted runs' median counts), against the back-to-back medians.
     by_phase = []
-    for size in sizes:
-        for cost in (0, 1):
-            keys = [(c, cost, size) for c in ("rs-i", "nv")]
-            if any(k not in cyc or k not in pc or not cnt.get(k) or not accs <= set(cyc[k]) for k in keys):
-                continue
-            diffs = {phase: [] for phase in PHASES}
-            for x in sorted(accs):
-                per = {}
-                for c in ("rs-i", "nv"):
-                    k = (c, cost, size)
-                    rs = [r for r in data.get("latpc", []) if (r["client"], r["cost"], r["size"]) == k
-                          and r["boot"] == x]
-                    pcall = [median([r["fn_ns"][i] / r["calls"][i] for r in rs]) if all(r["calls"][i] for r in rs)
-                             else 0 for i in range(6)]
-                    plain = [r for r in data["latp"] if (r["client"], r["cost"], r["size"]) == k and r["boot"] == x]
-                    for phase in PHASES:
-                        calls = [median([r[phase + "_calls"][i] for r in cnt[k]]) for i in range(6)]
-                        prov = sum(pcall[i] * calls[i] for i in range(6))
-                        tot = median([r[phase + "_ns"] for r in plain])
-                        per[(c, phase)] = (tot, prov, tot - prov)
+    for size, cost in measured(lambda k: bool(cnt.get(k))):
+        diffs = {phase: [] for phase in PHASES}
+        for x in sorted(accs):
+            per = {}
+            for c in ("rs-i", "nv"):
+                k = (c, cost, size)
+                rs = [r for r in data.get("latpc", []) if (r["client"], r["cost"], r["size"]) == k
+                      and r["boot"] == x]
+                pcall = [median([r["fn_ns"][i] / r["calls"][i] for r in rs]) if all(r["calls"][i] for r in rs)
+                         else 0 for i in range(6)]
+                plain = [r for r in data["latp"] if (r["client"], r["cost"], r["size"]) == k and r["boot"] == x]
                 for phase in PHASES:
-                    diffs[phase].append([per[("rs-i", phase)][j] - per[("nv", phase)][j] for j in range(3)])
-            cells = [size_name(size), "on" if cost else "off"]
+                    calls = [median([r[phase + "_calls"][i] for r in cnt[k]]) for i in range(6)]
+                    prov = sum(pcall[i] * calls[i] for i in range(6))
+                    tot = median([r[phase + "_ns"] for r in plain])
+                    per[(c, phase)] = (tot, prov, tot - prov)
             for phase in PHASES:
-                cells.append(" / ".join(f"{median([d[j] for d in diffs[phase]]) / 1000:+.1f}" for j in range(3)))
-            by_phase.append("| " + " | ".join(cells) + " |")
+                diffs[phase].append([per[("rs-i", phase)][j] - per[("nv", phase)][j] for j in range(3)])
+        cells = [size_name(size), "on" if cost else "off"]
+        for phase in PHASES:
+            cells.append(" / ".join(f"{median([d[j] for d in diffs[phase]]) / 1000:+.1f}" for j in range(3)))
+        by_phase.append("| " + " | ".join(cells) + " |")
     if by_phase:
         lines += ["By phase, from the same back-to-back runs (µs, rs-i minus nv, median over the accepted "
                   "boots of the per-boot differences): the phase's median latency, the provider's part "
