@@ -182,8 +182,8 @@ pub enum Op {
     /// Allocate the SG entries dma_map will hand the host (it may sleep), then
     /// `nvidia_p2p_dma_map_pages` of P's table for the host's device. Entries that cannot be
     /// allocated end the call with `ENOMEM` before the driver is called (nothing mapped). One
-    /// call, one hold of the lock less than two: nothing the state machine decides depends on
-    /// what happens between the allocation and the mapping.
+    /// call, not two, so that the lock is not taken between the allocation and the mapping:
+    /// nothing the state machine decides depends on what happens between them.
     MapP,
     /// Read P's DMA mapping (checked) into the SG entries allocated by `MapP`.
     FillSg,
