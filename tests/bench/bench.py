@@ -922,10 +922,10 @@ def report(data, meta, boots):
         per = {c: {x: (median(cyc[(c, cost, size)][x]), median(pc[(c, cost, size)][x])) for x in accs}
                for c in ("rs-i", "nv")}
         cells = [size_name(size), "on" if cost else "off"]
-        for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1]):
+        parts = (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1])  # cycle, provider, rest
+        for part in parts:
             cells.append(" / ".join(fmt_us(median([part(per[c][x]) for x in accs])) for c in ("rs-i", "nv")))
-        d = [[part(per["rs-i"][x]) - part(per["nv"][x]) for x in accs]
-             for part in (lambda t: t[0], lambda t: t[1], lambda t: t[0] - t[1])]
+        d = [[part(per["rs-i"][x]) - part(per["nv"][x]) for x in accs] for part in parts]
         cells.append(" / ".join(f"{median(v) / 1000:+.1f}" for v in d)
                      + f" ({min(d[2]) / 1000:+.1f} to {max(d[2]) / 1000:+.1f})")
         rows.append("| " + " | ".join(cells) + " |")
