@@ -19,9 +19,7 @@ generator (the seed is in the report), every block on freshly loaded modules. A 
 registration and deregistration latency per size (back to back, then counted: the provider's
 counters and peermem-rs's own per-step time, docs/time-accounting.md, read around each call),
 invalidation latency (invalidating clients), registration throughput with 1, 2 and 8 threads, and
-(cost model off) kernel memory per live registration from /proc/slabinfo, cache by cache; at the
-block's end, the re-registrations of --end-sizes once more (the DMA calls' time in another place
-of the block).
+(cost model off) kernel memory per live registration from /proc/slabinfo, cache by cache.
 
 Every record of every boot (but for the warm-ups) is kept, in .build/bench/boots/N/ and in
 BENCHMARKS.data.xz at the top of the repository (the input of --report-only). A boot that fails the
@@ -146,10 +144,6 @@ block() {{
   if [ $cost = 0 ]; then
     $B memory $L {mem_n} 64K >> $out || fail "memory $L"
   fi
-  # The DMA calls once more, at the block's end, after a run that warms them: their time per call
-  # (latpc, renamed latpe) in another place of the block than the first runs' (see the report).
-  $B latency-plain $L 2 {end_sizes} > /dev/null || fail "end-of-block warm-up $L"
-  $B latency-plain $L {runs} {end_sizes} | sed -n 's/^latpc /latpe /p' >> $out || fail "end-of-block latency $L"
   unload
 }}
 # A block of each client first, its records set aside: the first block after the boot runs colder
@@ -276,8 +270,7 @@ def seed_of(*key):
 def parse(text, boot=0):
     """One boot's raw records into dicts, each with its boot and block. Malformed lines are an
     error."""
-    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "latpc", "latpe", "inv", "tput", "mem", "slab", "steps",
-                           "blk")}
+    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "latpc", "inv", "tput", "mem", "slab", "steps", "blk")}
     block = 0
     for n, line in enumerate(text.splitlines(), 1):
         f = line.split()
@@ -303,7 +296,7 @@ def parse(text, boot=0):
                 assert len(f) == 6, "field layout"
                 out[f[0]].append(dict(base, size=int(f[2]), run=int(f[3]), reg_ns=int(f[4]),
                                         dereg_ns=int(f[5])))
-            elif f[0] in ("latfc", "latpc", "latpe"):
+            elif f[0] in ("latfc", "latpc"):
                 assert f[4] == "cycles" and len(f) == 18, "field layout"
                 out[f[0]].append(dict(base, size=int(f[2]), cycles=int(f[3]),
                                          calls=[int(x) for x in f[5:11]],
@@ -654,8 +647,7 @@ def where_time_goes(data, accs, sizes, lat):
     # around each call, and no step accounting runs: the back-to-back re-registration runs
     # (latpc, from the run after 232b265) and the first-registration runs (latfc).
     per_call = {}
-    for kind, workload in (("latpc", "re-registration"), ("latfc", "first registration"),
-                           ("latpe", "re-registration at the block's end")):
+    for kind, workload in (("latpc", "re-registration"), ("latfc", "first registration")):
         for r in data.get(kind, []):
             if r["boot"] in accs and r["calls"][4] and r["calls"][5]:
                 per_call.setdefault((workload, r["size"], r["client"], r["cost"]), []).append(
@@ -668,10 +660,7 @@ def where_time_goes(data, accs, sizes, lat):
                   "all but the first warm-up, a first registration), read before them and after them "
                   "(no counters read between timed calls, no step accounting), divided by the calls; "
                   "median over the blocks. The counted runs above read the counters, and peermem-rs's time file, "
-                  "around every call. \"At the block's end\": the same re-registrations run again after "
-                  "the block's other workloads and a warming run of two cycles, to see the calls in another "
-                  "place of the block than the first runs' (which follow the modules' loading). "
-                  "The cost model does not touch these two calls: the same code on the "
+                  "around every call. The cost model does not touch these two calls: the same code on the "
                   "same arguments, so \"nv on − off\" is how far the same call of the same client moves "
                   "with the work around it (there, the cost model's pins and unpins), a yardstick for "
                   "\"rs-i − nv\".", "",
@@ -684,8 +673,7 @@ def where_time_goes(data, accs, sizes, lat):
                 return "–"
             return f"{(got[a][0] - got[b][0]) / 1000:+.1f} / {(got[a][1] - got[b][1]) / 1000:+.1f}"
 
-        order = {"re-registration": 0, "re-registration at the block's end": 1, "first registration": 2}
-        for w, z in sorted({(w, z) for w, z, _, _ in per_call}, key=lambda k: (order[k[0]], k[1])):
+        for w, z in sorted({(w, z) for w, z, _, _ in per_call}, key=lambda k: (k[0] != "re-registration", k[1])):
             got = {(c, cost): (median([m for m, _ in v]), median([u for _, u in v]))
                    for (w2, z2, c, cost), v in per_call.items() if (w2, z2) == (w, z)}
             cells = [f"{got[(c, 0)][0] / 1000:.1f} / {got[(c, 0)][1] / 1000:.1f}" if (c, 0) in got else "–"
@@ -1240,9 +1228,6 @@ def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
                     lines.append(f"latfc {c}:{cost} {z} {runs + 2} cycles 7 7 0 7 7 7 1 2 3 4 5 6 0")
                     lines.append(f"latpc {c}:{cost} {z} {runs + 2} cycles 7 0 7 0 7 7 "
                                  f"{int(7 * share * 1000)} 0 700 0 7000 7000 0")
-                    # At the block's end rs-i's map calls take twice nv's: the DMA table's own row.
-                    lines.append(f"latpe {c}:{cost} {z} {runs + 2} cycles 7 0 7 0 7 7 "
-                                 f"{int(7 * share * 1000)} 0 700 0 {14000 if c == 'rs-i' else 7000} 7000 0")
                 for t in THREADS:
                     lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
                 if cost == 0:
@@ -1293,7 +1278,6 @@ def check_parse():
     assert d["lat"][0]["reg_calls"] == [1, 0, 0, 0, 1, 0] and d["lat"][0]["reg_fn_ns"][0] == 20000
     assert len(d["latf"]) == len(d["latp"]) and d["latfc"][0]["cycles"] == 7 and d["latfc"][0]["calls"][3] == 7
     assert d["latpc"][0]["cycles"] == 7 and d["latpc"][0]["fn_ns"][0] == 5600 and d["latpc"][0]["calls"][1] == 0
-    assert d["latpe"][0]["fn_ns"][4] == 14000 and len(d["latpe"]) == len(d["latpc"])
     for bad in ("lat rs-p:1 65536 0 1000", "latfc nv:0 65536 7 7 0 0 0 0 0", "latpc nv:0 65536 7 cycles 1 2", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
                 "blk 1 nobody 0", "slab nv:0 1 2 cache 3", "steps rs-i:0 1 2 both a:1:2"):
         try:
@@ -1361,8 +1345,6 @@ def check_report():
     # workloads without per-call counting.
     assert "| 64 KiB | off | 136 / 169 | 2.90 / 3.10 | 133 / 166 | -33.0 / -0.2 / -32.8 (-32.8 to -32.8) |" in text
     assert "| re-registration | 64 KiB | 1.0 / 1.0 | 1.0 / 1.0 | 1.0 / 1.0 | +0.0 / +0.0 |" in text
-    end = "| re-registration at the block's end | 64 KiB | 2.0 / 1.0 | 1.0 / 1.0 | 1.0 / 1.0 | +1.0 / +0.0 |"
-    assert end in text and text.index("| re-registration | 64 KiB") < text.index(end), "the end-of-block rows"
     assert "| 64 KiB | off | -22.0 / -0.2 / -21.8 | -11.0 / +0.0 / -11.0 |" in text
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
@@ -1592,8 +1574,6 @@ def main():
     ap.add_argument("--first-sizes", default="64K,1M,16M",
                     help="sizes of the first-registration runs (each block allocates runs + 2 of each)")
     ap.add_argument("--inv-sizes", default="64K,16M")
-    ap.add_argument("--end-sizes", default="64K,1M,16M",
-                    help="sizes of the re-registrations run again at each block's end (the DMA calls' table)")
     ap.add_argument("--seconds", type=int, default=1, help="seconds per throughput point per block")
     ap.add_argument("--mem-n", type=int, default=2048, help="live registrations for the memory figure")
     ap.add_argument("--bar-mib", type=int, default=2048, help="GPU BAR (a power of two; 1 GiB needs 2048)")
@@ -1649,8 +1629,7 @@ def main():
             order = schedule(rng, a.blocks)
             plan = PLAN.format(runs=a.runs, counted_runs=a.counted_runs, sizes=" ".join(a.sizes.split(",")),
                                first_sizes=" ".join(a.first_sizes.split(",")),
-                               inv_sizes=" ".join(a.inv_sizes.split(",")),
-                               end_sizes=" ".join(a.end_sizes.split(",")), seconds=a.seconds,
+                               inv_sizes=" ".join(a.inv_sizes.split(",")), seconds=a.seconds,
                                threads=" ".join(map(str, THREADS)), mem_n=a.mem_n, nblocks=len(order),
                                blocks="\n".join(f"block {i} {c} {cost}" for i, (c, cost) in enumerate(order, 1)))
             text, res, note = run_boot(n, plan, accel, kdir, a)
