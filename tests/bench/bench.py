@@ -683,6 +683,9 @@ def where_time_goes(data, accs, sizes, lat):
                          + f" | {diff(got, ('nv', 1), ('nv', 0))} |")
         lines.append("")
 
+    # The DMA calls block by block: a block's map of a size either runs near the fastest blocks'
+    # time or far above it, in every client; how often, per client.
+    lines += slow_blocks_table(data, accs)
     # How much reading the counters (and peermem-rs's clock reads) changes a registration.
     lines += ["### Back to back against counted (registration median, µs)", "",
               "The cost of measuring: the same registrations timed back to back (no counters read, "
@@ -702,6 +705,41 @@ def where_time_goes(data, accs, sizes, lat):
 
 
 # ---- the report ----
+
+SLOW = 1.3  # a block's DMA call "slow": above this times the lowest quartile of all blocks' figures
+
+
+def slow_blocks_table(data, accs, sizes=(1 << 20, 16 << 20, 256 << 20)):
+    """Per size: each back-to-back block's map and unmap time per call (latpc), the lowest quartile
+    over every client's blocks, and per (client, model) how many blocks ran above SLOW times it."""
+    per = {}
+    for r in data.get("latpc", []):
+        if r["boot"] in accs and r["size"] in sizes and r["calls"][4] and r["calls"][5]:
+            per.setdefault(r["size"], []).append(
+                (r["client"], r["cost"], r["boot"], r["fn_ns"][4] / r["calls"][4], r["fn_ns"][5] / r["calls"][5]))
+    if not per:
+        return []
+    lines = ["### The DMA calls block by block (back-to-back re-registrations, µs per call)", "",
+             f"Each block's `dma_map_pages` and `dma_unmap_pages` time per call over its back-to-back "
+             f"re-registrations of a size (as in the table above, before the median). Base: the lowest "
+             f"quartile of every client's blocks at that size, model on and off. A block is slow when its "
+             f"figure is above {SLOW} times the base: slow blocks over blocks, per client and cost model, "
+             f"then the median of the slow ones. The cost model does not touch these calls.", "",
+             "| size | call | base | " + " | ".join(f"{c} off | {c} on" for c in LABELS) + " |",
+             "|---|---|---|" + "---|---|" * len(LABELS)]
+    for z in sorted(per):
+        for name, at in (("map", 3), ("unmap", 4)):
+            base = percentile([x[at] for x in per[z]], 25)
+            cells = []
+            for c in LABELS:
+                for cost in (0, 1):
+                    mine = [x[at] for x in per[z] if (x[0], x[1]) == (c, cost)]
+                    slow = [v for v in mine if v > SLOW * base]
+                    cells.append(f"{len(slow)}/{len(mine)}" + (f" ({median(slow) / 1000:.0f})" if slow else ""))
+            lines.append(f"| {size_name(z)} | {name} | {base / 1000:.0f} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
 
 def calls_str(c):
     return " ".join(f"{SHORT[i]}{'/'.join(map(str, v))}" for i, v in enumerate(c) if v != [0]) or "none"
@@ -1346,6 +1384,13 @@ def check_report():
     assert "| 64 KiB | off | 136 / 169 | 2.90 / 3.10 | 133 / 166 | -33.0 / -0.2 / -32.8 (-32.8 to -32.8) |" in text
     assert "| re-registration | 64 KiB | 1.0 / 1.0 | 1.0 / 1.0 | 1.0 / 1.0 | +0.0 / +0.0 |" in text
     assert "| 64 KiB | off | -22.0 / -0.2 / -21.8 | -11.0 / +0.0 / -11.0 |" in text
+    # A block whose map runs three times the others' is counted slow, for its client and model only.
+    tripled = merge([parse(t, b) for b, t in boots])
+    for r in tripled["latpc"]:
+        if (r["boot"], r["client"], r["cost"], r["size"]) == (1, "rs-i", 0, 65536):
+            r["fn_ns"][4] *= 3
+    row = next(x for x in slow_blocks_table(tripled, {1, 2}, sizes=(65536,)) if x.startswith("| 64 KiB | map"))
+    assert row == "| 64 KiB | map | 1 | 1/2 (3) | 0/2 | 0/2 | 0/2 | 0/2 | 0/2 |", row
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
         if r["client"] == "rs-i" and r["size"] == 65536:
