@@ -709,12 +709,12 @@ def where_time_goes(data, accs, sizes, lat):
 SLOW = 1.3  # a block's DMA call "slow": above this times the lowest quartile of all blocks' figures
 
 
-def slow_blocks_table(data, accs, sizes=(1 << 20, 16 << 20, 256 << 20)):
-    """Per size: each back-to-back block's map and unmap time per call (latpc), the lowest quartile
+def slow_blocks_table(data, accs, sizes=None):
+    """Per size (`sizes`, default every size): each back-to-back block's map and unmap time per call (latpc), the lowest quartile
     over every client's blocks, and per (client, model) how many blocks ran above SLOW times it."""
     per = {}
     for r in data.get("latpc", []):
-        if r["boot"] in accs and r["size"] in sizes and r["calls"][4] and r["calls"][5]:
+        if r["boot"] in accs and (sizes is None or r["size"] in sizes) and r["calls"][4] and r["calls"][5]:
             per.setdefault(r["size"], []).append(
                 (r["client"], r["cost"], r["boot"], r["fn_ns"][4] / r["calls"][4], r["fn_ns"][5] / r["calls"][5]))
     if not per:
@@ -735,8 +735,8 @@ def slow_blocks_table(data, accs, sizes=(1 << 20, 16 << 20, 256 << 20)):
                 for cost in (0, 1):
                     mine = [x[at] for x in per[z] if (x[0], x[1]) == (c, cost)]
                     slow = [v for v in mine if v > SLOW * base]
-                    cells.append(f"{len(slow)}/{len(mine)}" + (f" ({median(slow) / 1000:.0f})" if slow else ""))
-            lines.append(f"| {size_name(z)} | {name} | {base / 1000:.0f} | " + " | ".join(cells) + " |")
+                    cells.append(f"{len(slow)}/{len(mine)}" + (f" ({fmt_us(median(slow))})" if slow else ""))
+            lines.append(f"| {size_name(z)} | {name} | {fmt_us(base)} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines
 
@@ -1390,7 +1390,7 @@ def check_report():
         if (r["boot"], r["client"], r["cost"], r["size"]) == (1, "rs-i", 0, 65536):
             r["fn_ns"][4] *= 3
     row = next(x for x in slow_blocks_table(tripled, {1, 2}, sizes=(65536,)) if x.startswith("| 64 KiB | map"))
-    assert row == "| 64 KiB | map | 1 | 1/2 (3) | 0/2 | 0/2 | 0/2 | 0/2 | 0/2 |", row
+    assert row == "| 64 KiB | map | 1.00 | 1/2 (3.00) | 0/2 | 0/2 | 0/2 | 0/2 | 0/2 |", row
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
         if r["client"] == "rs-i" and r["size"] == 65536:
