@@ -737,6 +737,24 @@ def slow_blocks_table(data, accs, sizes=None):
                     slow = [v for v in mine if v > SLOW * base]
                     cells.append(f"{len(slow)}/{len(mine)}" + (f" ({fmt_us(median(slow))})" if slow else ""))
             lines.append(f"| {size_name(z)} | {name} | {fmt_us(base)} | " + " | ".join(cells) + " |")
+    # Does a block that starts slow stay slow? Its first size against its next, every client.
+    first = sorted(per)[:2]
+    if len(first) == 2:
+        base = {z: percentile([x[3] for x in per[z]], 25) for z in first}
+        slow = {}
+        for z in first:
+            for r in data.get("latpc", []):
+                if r["boot"] in accs and r["size"] == z and r["calls"][4]:
+                    key = (r["boot"], r["block"], r["client"], r["cost"])
+                    slow.setdefault(key, {})[z] = r["fn_ns"][4] / r["calls"][4] > SLOW * base[z]
+        pairs = [v for v in slow.values() if len(v) == 2]
+        a, b = first
+        s_then = [v[b] for v in pairs if v[a]]
+        f_then = [v[b] for v in pairs if not v[a]]
+        lines += [f"Slow blocks come in runs from a block's start (the back-to-back runs go from the smallest "
+                  f"size up, right after the modules are loaded): of the blocks whose {size_name(a)} maps were "
+                  f"slow, {sum(s_then)} of {len(s_then)} were slow at {size_name(b)} too; of those whose "
+                  f"{size_name(a)} maps were not, {sum(f_then)} of {len(f_then)} (every client, model on and off)."]
     lines.append("")
     return lines
 
@@ -1391,6 +1409,9 @@ def check_report():
             r["fn_ns"][4] *= 3
     row = next(x for x in slow_blocks_table(tripled, {1, 2}, sizes=(65536,)) if x.startswith("| 64 KiB | map"))
     assert row == "| 64 KiB | map | 1.00 | 1/2 (3.00) | 0/2 | 0/2 | 0/2 | 0/2 | 0/2 |", row
+    runs = " ".join(slow_blocks_table(tripled, {1, 2}))
+    assert "of the blocks whose 64 KiB maps were slow, 0 of 1 were slow at 1 MiB too; of those whose 64 KiB " \
+        "maps were not, 0 of 11" in runs, runs
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
         if r["client"] == "rs-i" and r["size"] == 65536:
