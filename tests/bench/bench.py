@@ -710,13 +710,15 @@ SLOW = 1.3  # a block's DMA call "slow": above this times the lowest quartile of
 
 
 def slow_blocks_table(data, accs, sizes=None):
-    """Per size (`sizes`, default every size): each back-to-back block's map and unmap time per call (latpc), the lowest quartile
-    over every client's blocks, and per (client, model) how many blocks ran above SLOW times it."""
+    """Per size (`sizes`, default every size): each back-to-back block's map and unmap time per
+    call (latpc), the lowest quartile over every client's blocks, and per (client, model) how many
+    blocks ran above SLOW times it; then whether a block slow at its first size stays slow."""
     per = {}
     for r in data.get("latpc", []):
         if r["boot"] in accs and (sizes is None or r["size"] in sizes) and r["calls"][4] and r["calls"][5]:
             per.setdefault(r["size"], []).append(
-                (r["client"], r["cost"], r["boot"], r["fn_ns"][4] / r["calls"][4], r["fn_ns"][5] / r["calls"][5]))
+                (r["client"], r["cost"], (r["boot"], r["block"]), r["fn_ns"][4] / r["calls"][4],
+                 r["fn_ns"][5] / r["calls"][5]))
     if not per:
         return []
     lines = ["### The DMA calls block by block (back-to-back re-registrations, µs per call)", "",
@@ -737,16 +739,14 @@ def slow_blocks_table(data, accs, sizes=None):
                     slow = [v for v in mine if v > SLOW * base]
                     cells.append(f"{len(slow)}/{len(mine)}" + (f" ({fmt_us(median(slow))})" if slow else ""))
             lines.append(f"| {size_name(z)} | {name} | {fmt_us(base)} | " + " | ".join(cells) + " |")
-    # Does a block that starts slow stay slow? Its first size against its next, every client.
+    # Does a block that starts slow stay slow? Its maps at its first size against its next.
     first = sorted(per)[:2]
     if len(first) == 2:
-        base = {z: percentile([x[3] for x in per[z]], 25) for z in first}
         slow = {}
         for z in first:
-            for r in data.get("latpc", []):
-                if r["boot"] in accs and r["size"] == z and r["calls"][4]:
-                    key = (r["boot"], r["block"], r["client"], r["cost"])
-                    slow.setdefault(key, {})[z] = r["fn_ns"][4] / r["calls"][4] > SLOW * base[z]
+            base = percentile([x[3] for x in per[z]], 25)
+            for _, _, block, m, _ in per[z]:
+                slow.setdefault(block, {})[z] = m > SLOW * base
         pairs = [v for v in slow.values() if len(v) == 2]
         a, b = first
         s_then = [v[b] for v in pairs if v[a]]
