@@ -226,7 +226,7 @@ static long long callback_pins(void)
  * module's hash), and pins no N. A range that holds a lingering N's page but starts on a page
  * before it pins an N of its own and adopts nothing. The free then calls every N back, and
  * nothing lingers. */
-/* 1536 registrations and 1024 deregistrations: over the harness's default 30 s in a slow TCG
+/* 1025 registrations and as many deregistrations: over the harness's default 30 s in a slow TCG
  * session with the debug kernel (a clean-clone run of 7632240 timed out here). */
 TEST_F_TIMEOUT(gpu, many_lingering_registrations_each_adopted_by_its_own_range, 120)
 {
