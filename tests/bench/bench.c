@@ -37,6 +37,8 @@
  *       active objects changed over the N registrations, from /proc/slabinfo read after every
  *       cache was shrunk; OBJECT_BYTES is the cache's object size with its alignment and
  *       metadata, what an object really occupies)
+ *   clr LABEL KIND SIZE NS   the wait, after a size's runs of KIND (latp, lat, latf, inv), until
+ *       nothing of them was live any more (check_clear)
  *   steps LABEL SIZE RUN PHASE NAME:CALLS:NS...   (the counted runs of peermem_rs only: its own
  *       per-step time accounting, PEERMEM_STEPS, "ENTRY.STEP CALLS NS" lines, read around the
  *       registration (PHASE reg) and the deregistration (dereg); the steps whose calls did not
@@ -239,24 +241,40 @@ static long long peermem_registrations(void)
 	       v : 0;
 }
 
-/* Nothing of the run before still alive, nor still at work: the next timed calls would otherwise
- * share the CPUs with peermem-rs's work items (and count their put_pages as theirs). */
-static void check_clear(const char *what)
+/*
+ * Nothing of the run before still alive, nor still at work: the next timed calls would otherwise
+ * share the CPUs with peermem-rs's work items (and count their put_pages as theirs). Returns how
+ * long it waited. Polls every millisecond: the work items of peermem-rs's invalidating client
+ * finish within milliseconds of the free that called them back, and the 100 ms poll this file
+ * had before left that client's blocks idle for 100 ms after each size while the other clients'
+ * went on at once: a difference between the clients' blocks that was the benchmark's, not the
+ * client's. Gives up after 10 s, as before.
+ */
+static uint64_t check_clear(const char *what)
 {
+	uint64_t t0 = now_ns();
 	char why[256] = "";
 
-	for (int i = 0; i < 100; i++) {
+	for (int i = 0; i < 10000; i++) {
 		long long mrs = pmh_counter("live_mrs"), pins = gpu_counter("live_pins");
 		long long maps = gpu_counter("live_dma_mappings"), regs = peermem_registrations();
 
 		if (!mrs && !pins && !maps && !regs)
-			return;
+			return now_ns() - t0;
 		snprintf(why, sizeof(why),
 			 "live_mrs %lld live_pins %lld live_dma_mappings %lld peermem-rs registrations %lld",
 			 mrs, pins, maps, regs);
-		usleep(100 * 1000);
+		usleep(1000);
 	}
 	fatal("after %s: still live: %s", what, why);
+	return 0;
+}
+
+/* The wait after a size's runs (kind: the runs' record, latp, lat, latf or inv). */
+static void print_clear(const char *label, const char *kind, uint64_t size, uint64_t ns)
+{
+	printf("clr %s %s %llu %llu\n", label, kind, (unsigned long long)size, (unsigned long long)ns);
+	fflush(stdout);
 }
 
 static int open_both(int *gpu)
@@ -459,7 +477,7 @@ static void latency(const char *label, int runs, char **sizes, int nsizes, bool 
 		}
 		fflush(stdout);
 		buf_free(&b);
-		check_clear("latency");
+		print_clear(label, counted ? "lat" : "latp", size, check_clear("latency"));
 	}
 	close(pmh);
 	close(gpu);
@@ -509,7 +527,7 @@ static void latency_first(const char *label, int runs, char **sizes, int nsizes)
 		printf("\n");
 		fflush(stdout);
 		buf_free(&b);
-		check_clear("first-registration latency");
+		print_clear(label, "latf", size, check_clear("first-registration latency"));
 	}
 	close(pmh);
 	close(gpu);
@@ -559,7 +577,7 @@ static void invalidation(const char *label, int runs, char **sizes, int nsizes)
 			printf("\n");
 		}
 		fflush(stdout);
-		check_clear("invalidation");
+		print_clear(label, "inv", size, check_clear("invalidation"));
 	}
 	close(pmh);
 	close(gpu);

@@ -270,7 +270,8 @@ def seed_of(*key):
 def parse(text, boot=0):
     """One boot's raw records into dicts, each with its boot and block. Malformed lines are an
     error."""
-    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "latpc", "inv", "tput", "mem", "slab", "steps", "blk")}
+    out = {k: [] for k in ("lat", "latp", "latf", "latfc", "latpc", "inv", "tput", "mem", "slab", "steps", "blk",
+                           "clr")}
     block = 0
     for n, line in enumerate(text.splitlines(), 1):
         f = line.split()
@@ -316,6 +317,9 @@ def parse(text, boot=0):
                 assert len(f) == 8, "field layout"
                 out["slab"].append(dict(base, size=int(f[2]), n=int(f[3]), cache=f[4], objsize=int(f[5]),
                                         before=int(f[6]), after=int(f[7])))
+            elif f[0] == "clr":
+                assert len(f) == 5 and f[2] in ("latp", "lat", "latf", "inv"), "field layout"
+                out["clr"].append(dict(base, kind=f[2], size=int(f[3]), ns=int(f[4])))
             elif f[0] == "steps":
                 assert f[4] in ("reg", "dereg"), "field layout"
                 steps = {}
@@ -780,6 +784,22 @@ def slow_blocks_table(data, accs, sizes=None):
     return lines
 
 
+def clear_waits(data, accs):
+    """The header's sentence on the waits after each size (clr records; none before they were kept)."""
+    waits = {}
+    for r in data.get("clr", []):
+        if r["boot"] in accs and r["kind"] == "latp":
+            waits.setdefault(r["client"], []).append(r["ns"])
+    if not waits:
+        return ""
+    return (" After each size's runs the guest waits until nothing of them is live (polled every "
+            "millisecond) before it goes on; after the back-to-back re-registrations that wait took, median "
+            "(largest) per size: " + ", ".join(f"{c} {median(waits[c]) / 1e6:.2f} ms ({max(waits[c]) / 1e6:.2f})"
+                                               for c in LABELS if c in waits)
+            + " (peermem-rs's invalidating client's work items put the lingering notification pins "
+            "after the free).")
+
+
 def calls_str(c):
     return " ".join(f"{SHORT[i]}{'/'.join(map(str, v))}" for i, v in enumerate(c) if v != [0]) or "none"
 
@@ -870,7 +890,8 @@ def report(data, meta, boots):
         f"({int(meta['runs']) * int(meta['blocks'])} per boot, client, cost model and size), "
         f"{meta['counted_runs']} counted runs, {meta['seconds']} s of throughput per thread count. "
         "Not kept: the warm-up runs and, per boot, a first warm-up block of each client (the first "
-        "block after a boot runs colder than the rest); every other record is.",
+        "block after a boot runs colder than the rest); every other record is."
+        + clear_waits(data, set(acc)),
         "",
         "How to read the figures. Each is the **median over the accepted boots of the per-boot "
         "figure** (a per-boot median latency, or a per-boot ratio of two medians taken in the same "
@@ -1305,6 +1326,7 @@ def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
                     lines.append(f"latfc {c}:{cost} {z} {runs + 2} cycles 7 7 0 7 7 7 1 2 3 4 5 6 0")
                     lines.append(f"latpc {c}:{cost} {z} {runs + 2} cycles 7 0 7 0 7 7 "
                                  f"{int(7 * share * 1000)} 0 700 0 7000 7000 0")
+                    lines.append(f"clr {c}:{cost} latp {z} {3_000_000 if c == 'rs-i' else 100_000}")
                 for t in THREADS:
                     lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
                 if cost == 0:
@@ -1355,8 +1377,11 @@ def check_parse():
     assert d["lat"][0]["reg_calls"] == [1, 0, 0, 0, 1, 0] and d["lat"][0]["reg_fn_ns"][0] == 20000
     assert len(d["latf"]) == len(d["latp"]) and d["latfc"][0]["cycles"] == 7 and d["latfc"][0]["calls"][3] == 7
     assert d["latpc"][0]["cycles"] == 7 and d["latpc"][0]["fn_ns"][0] == 5600 and d["latpc"][0]["calls"][1] == 0
+    assert d["latpc"][0]["model_ns"] == 0 and d["clr"][0] == {"boot": 1, "block": 1, "client": "rs-i", "cost": 0,
+                                                            "kind": "latp", "size": 65536, "ns": 3_000_000}
     for bad in ("lat rs-p:1 65536 0 1000", "latfc nv:0 65536 7 7 0 0 0 0 0", "latpc nv:0 65536 7 cycles 1 2", "xyz rs-i:0 1", "inv nv 1 2 3", "latp nv:0 1 2 3",
-                "blk 1 nobody 0", "slab nv:0 1 2 cache 3", "steps rs-i:0 1 2 both a:1:2"):
+                "blk 1 nobody 0", "slab nv:0 1 2 cache 3", "steps rs-i:0 1 2 both a:1:2",
+                "clr nv:0 latp 65536", "clr nv:0 tput 65536 5"):
         try:
             parse(bad)
         except SystemExit:
@@ -1418,6 +1443,8 @@ def check_report():
     # The first registrations, in their own table, after the re-registrations', judged alike.
     assert first < text.index("### First registration of memory") < text.index("Where each gap comes from")
     assert "rs-i gp1 gpp1 ppp1 dm1 du1" in text
+    assert "that wait took, median (largest) per size: rs-i 3.00 ms (3.00), nv 0.10 ms (0.10), rs-p 0.10 ms (0.10)" \
+        in text
     # The back-to-back split: cycle, provider per cycle (latpc), the rest, and the DMA calls of both
     # workloads without per-call counting.
     assert "| 64 KiB | off | 136 / 169 | 2.90 / 3.10 | 133 / 166 | -33.0 / -0.2 / -32.8 (-32.8 to -32.8) |" in text
