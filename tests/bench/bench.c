@@ -244,18 +244,19 @@ static long long peermem_registrations(void)
 /*
  * Nothing of the run before still alive, nor still at work: the next timed calls would otherwise
  * share the CPUs with peermem-rs's work items (and count their put_pages as theirs). Returns how
- * long it waited. Polls every millisecond: the work items of peermem-rs's invalidating client
- * finish within milliseconds of the free that called them back, and the 100 ms poll this file
- * had before left that client's blocks idle for 100 ms after each size while the other clients'
- * went on at once: a difference between the clients' blocks that was the benchmark's, not the
- * client's. Gives up after 10 s, as before.
+ * long it waited (the clr records). Polls every millisecond: after a free, peermem-rs's
+ * invalidating client drops the registrations it called back from a work item, which is expected
+ * to take a few milliseconds (the clr records say how long it took), so that with a 100 ms poll,
+ * as this file had before, that client's blocks could pause for up to 100 ms after each size where
+ * the other clients' went on at once: a difference between the clients' blocks that would be the
+ * benchmark's, not the client's. Gives up after 10 s, as before.
  */
 static uint64_t check_clear(const char *what)
 {
 	uint64_t t0 = now_ns();
 	char why[256] = "";
 
-	for (int i = 0; i < 10000; i++) {
+	while (now_ns() - t0 < 10000000000ull) {
 		long long mrs = pmh_counter("live_mrs"), pins = gpu_counter("live_pins");
 		long long maps = gpu_counter("live_dma_mappings"), regs = peermem_registrations();
 

@@ -759,27 +759,30 @@ def slow_blocks_table(data, accs, sizes=None):
                   f"size up, right after the modules are loaded): of the blocks whose {size_name(a)} maps were "
                   f"slow, {sum(s_then)} of {len(s_then)} were slow at {size_name(b)} too; of those whose "
                   f"{size_name(a)} maps were not, {sum(f_then)} of {len(f_then)} (every client, model on and off)."]
-    # Is the slow mode the IOMMU's? The same blocks' other provider calls, which make no DMA call.
+    # Is the slow mode the IOMMU's alone? The same blocks' other provider calls, which make no DMA
+    # call here (each unpin follows its registration's unmap, so it finds no mapping left to undo).
     other = {(r["size"], (r["boot"], r["block"])): (sum(r["fn_ns"][:4]) - r["model_ns"]) / r["cycles"]
              for r in data.get("latpc", []) if r["boot"] in accs and r["cycles"]}
-    ratios = []
+    others, maps = [], []
     for z, xs in per.items():
         base = percentile([x[3] for x in xs], 25)
         for c in LABELS:
             for cost in (0, 1):
-                mine = [(x[3] > SLOW * base, other[(z, x[2])]) for x in xs
+                mine = [(x[3] > SLOW * base, other[(z, x[2])], x[3]) for x in xs
                         if (x[0], x[1]) == (c, cost) and (z, x[2]) in other]
-                s = [o for is_slow, o in mine if is_slow]
-                f = [o for is_slow, o in mine if not is_slow]
-                if s and f and median(f) > 0:
-                    ratios.append(median(s) / median(f))
-    if ratios:
-        lines += ["", f"The slow mode is not the IOMMU's: in the blocks whose maps of a size were slow, the "
-                  f"NVIDIA stand-in's other calls of those runs (its pins and unpins, which make no DMA call "
-                  f"and touch no IOMMU; the cost model's time left out) took {median(ratios):.2f}x their "
-                  f"time in the other blocks of the same client, cost model and size (median over the "
-                  f"{len(ratios)} such cells, from {min(ratios):.2f}x to {max(ratios):.2f}x): in a slow "
-                  f"block the emulated CPU runs everything slower, not the IOMMU alone."]
+                s = [(o, m) for is_slow, o, m in mine if is_slow]
+                f = [(o, m) for is_slow, o, m in mine if not is_slow]
+                if s and f and median([o for o, _ in f]) > 0:
+                    others.append(median([o for o, _ in s]) / median([o for o, _ in f]))
+                    maps.append(median([m for _, m in s]) / median([m for _, m in f]))
+    if others:
+        lines += ["", f"The slow mode is not the IOMMU's alone: in the blocks whose maps of a size were slow, "
+                  f"the maps took {median(maps):.2f}x (from {min(maps):.2f}x to {max(maps):.2f}x) their time in "
+                  f"the other blocks of the same client, cost model and size, and the NVIDIA stand-in's other "
+                  f"calls of the same runs (its pins and unpins, which make no DMA call here: each unpin comes "
+                  f"after its registration's unmap; the cost model's time left out) {median(others):.2f}x "
+                  f"(from {min(others):.2f}x to {max(others):.2f}x); medians over the {len(others)} cells "
+                  f"with slow and other blocks. In a slow block everything in the guest ran slower."]
     lines.append("")
     return lines
 
@@ -793,11 +796,12 @@ def clear_waits(data, accs):
     if not waits:
         return ""
     return (" After each size's runs the guest waits until nothing of them is live (polled every "
-            "millisecond) before it goes on; after the back-to-back re-registrations that wait took, median "
-            "(largest) per size: " + ", ".join(f"{c} {median(waits[c]) / 1e6:.2f} ms ({max(waits[c]) / 1e6:.2f})"
-                                               for c in LABELS if c in waits)
-            + " (peermem-rs's invalidating client's work items put the lingering notification pins "
-            "after the free).")
+            "millisecond) before it goes on; after the back-to-back re-registrations that wait took, per "
+            "client (pooled over sizes, blocks and boots, model on and off), median (largest): "
+            + ", ".join(f"{c} {median(waits[c]) / 1e6:.2f} ms ({max(waits[c]) / 1e6:.2f})"
+                        for c in LABELS if c in waits)
+            + " (after the free that calls back its lingering registrations, peermem-rs's invalidating "
+            "client drops each from a work item, once that item's barrier has passed the driver's lock).")
 
 
 def calls_str(c):
@@ -1325,7 +1329,7 @@ def synthetic(boots=2, sizes=(65536, 1 << 20), runs=5):
                                          f"get_pages.reg_lock_hold:2:400 timing.clock_read:0:5")
                     lines.append(f"latfc {c}:{cost} {z} {runs + 2} cycles 7 7 0 7 7 7 1 2 3 4 5 6 0")
                     lines.append(f"latpc {c}:{cost} {z} {runs + 2} cycles 7 0 7 0 7 7 "
-                                 f"{int(7 * share * 1000)} 0 700 0 7000 7000 0")
+                                 f"{int(7 * share * 1000) + 350_000 * cost} 0 700 0 7000 7000 {350_000 * cost}")
                     lines.append(f"clr {c}:{cost} latp {z} {3_000_000 if c == 'rs-i' else 100_000}")
                 for t in THREADS:
                     lines.append(f"tput {c}:{cost} 65536 {t} {int(1000 / share)} 1000000000")
@@ -1443,8 +1447,8 @@ def check_report():
     # The first registrations, in their own table, after the re-registrations', judged alike.
     assert first < text.index("### First registration of memory") < text.index("Where each gap comes from")
     assert "rs-i gp1 gpp1 ppp1 dm1 du1" in text
-    assert "that wait took, median (largest) per size: rs-i 3.00 ms (3.00), nv 0.10 ms (0.10), rs-p 0.10 ms (0.10)" \
-        in text
+    assert "that wait took, per client (pooled over sizes, blocks and boots, model on and off), median " \
+        "(largest): rs-i 3.00 ms (3.00), nv 0.10 ms (0.10), rs-p 0.10 ms (0.10)" in text
     # The back-to-back split: cycle, provider per cycle (latpc), the rest, and the DMA calls of both
     # workloads without per-call counting.
     assert "| 64 KiB | off | 136 / 169 | 2.90 / 3.10 | 133 / 166 | -33.0 / -0.2 / -32.8 (-32.8 to -32.8) |" in text
@@ -1463,10 +1467,23 @@ def check_report():
     runs = " ".join(slow_blocks_table(tripled, {1, 2}))
     assert "of the blocks whose 64 KiB maps were slow, 0 of 1 were slow at 1 MiB too; of those whose 64 KiB " \
         "maps were not, 0 of 11" in runs, runs
-    # ...and its other calls against the same client's other blocks (boot 2's, its time doubled):
-    # 6300 ns a cycle in the slow block, 12600 in the other, so 0.50x over the one such cell.
-    assert "took 0.50x their time in the other blocks of the same client, cost model and size (median " \
-        "over the 1 such cells, from 0.50x to 0.50x)" in runs, runs
+    # ...its maps against the same client's other block (3.00x), and its other calls (boot 2's block,
+    # their time doubled): (5600 + 700) / 7 = 900 ns a cycle in the slow block, 1800 in the other.
+    assert "the maps took 3.00x (from 3.00x to 3.00x) their time in the other blocks of the same client, " \
+        "cost model and size, and the NVIDIA stand-in's other calls of the same runs" in runs, runs
+    assert "the cost model's time left out) 0.50x (from 0.50x to 0.50x); medians over the 1 cells" in runs, runs
+    # With the cost model on, its time (350 µs a cycle here) is left out of the other calls: their
+    # own part doubled gives 0.50x again; with the model's time kept in it would be 0.98x.
+    on = merge([parse(t, b) for b, t in boots])
+    for r in on["latpc"]:
+        if (r["boot"], r["client"], r["cost"], r["size"]) == (1, "rs-i", 1, 65536):
+            assert r["model_ns"] == 350_000 and r["fn_ns"][0] == 355_600, r
+            r["fn_ns"][4] *= 3
+        if (r["boot"], r["client"], r["cost"], r["size"]) == (2, "rs-i", 1, 65536):
+            r["fn_ns"][0] = 2 * 5600 + 350_000
+            r["fn_ns"][2] *= 2
+    runs = " ".join(slow_blocks_table(on, {1, 2}))
+    assert "the cost model's time left out) 0.50x (from 0.50x to 0.50x); medians over the 1 cells" in runs, runs
     slow = merge([parse(t, b) for b, t in boots])
     for r in slow["latf"]:
         if r["client"] == "rs-i" and r["size"] == 65536:
