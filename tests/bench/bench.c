@@ -245,11 +245,11 @@ static long long peermem_registrations(void)
  * Nothing of the run before still alive, nor still at work: the next timed calls would otherwise
  * share the CPUs with peermem-rs's work items (and count their put_pages as theirs). Returns how
  * long it waited (the clr records). Polls every millisecond: after a free, peermem-rs's
- * invalidating client drops the registrations it called back from a work item, which is expected
- * to take a few milliseconds (the clr records say how long it took), so that with a 100 ms poll,
- * as this file had before, that client's blocks could pause for up to 100 ms after each size where
- * the other clients' went on at once: a difference between the clients' blocks that would be the
- * benchmark's, not the client's. Gives up after 10 s, as before.
+ * invalidating client drops the registrations it called back from a work item, so that client's
+ * first look finds something live more often than the others' (BENCHMARKS.md's header counts the
+ * waits over 1 ms per client), and with the 100 ms poll this file had before, its blocks paused
+ * 100 ms each time where the other clients' went on at once: a difference between the clients'
+ * blocks that was the benchmark's, not the client's. Gives up after 10 s, as before.
  */
 static uint64_t check_clear(const char *what)
 {
