@@ -725,6 +725,8 @@ def slow_blocks_table(data, accs, sizes=None):
                  r["fn_ns"][5] / r["calls"][5]))
     if not per:
         return []
+    # Each size's base for maps, which the counts, the runs and the other calls below all judge by.
+    map_base = {z: percentile([x[3] for x in xs], 25) for z, xs in per.items()}
     lines = ["### The DMA calls block by block (back-to-back re-registrations, µs per call)", "",
              f"Each block's `dma_map_pages` and `dma_unmap_pages` time per call over its back-to-back "
              f"re-registrations of a size (as in the table above, before the median). Base: the lowest "
@@ -735,7 +737,7 @@ def slow_blocks_table(data, accs, sizes=None):
              "|---|---|---|" + "---|---|" * len(LABELS)]
     for z in sorted(per):
         for name, at in (("map", 3), ("unmap", 4)):
-            base = percentile([x[at] for x in per[z]], 25)
+            base = map_base[z] if name == "map" else percentile([x[at] for x in per[z]], 25)
             cells = []
             for c in LABELS:
                 for cost in (0, 1):
@@ -748,9 +750,8 @@ def slow_blocks_table(data, accs, sizes=None):
     if len(first) == 2:
         slow = {}
         for z in first:
-            base = percentile([x[3] for x in per[z]], 25)
             for _, _, block, m, _ in per[z]:
-                slow.setdefault(block, {})[z] = m > SLOW * base
+                slow.setdefault(block, {})[z] = m > SLOW * map_base[z]
         pairs = [v for v in slow.values() if len(v) == 2]
         a, b = first
         s_then = [v[b] for v in pairs if v[a]]
@@ -765,10 +766,9 @@ def slow_blocks_table(data, accs, sizes=None):
              for r in data.get("latpc", []) if r["boot"] in accs and r["cycles"]}
     others, maps = [], []
     for z, xs in per.items():
-        base = percentile([x[3] for x in xs], 25)
         for c in LABELS:
             for cost in (0, 1):
-                mine = [(x[3] > SLOW * base, other[(z, x[2])], x[3]) for x in xs
+                mine = [(x[3] > SLOW * map_base[z], other[(z, x[2])], x[3]) for x in xs
                         if (x[0], x[1]) == (c, cost) and (z, x[2]) in other]
                 s = [(o, m) for is_slow, o, m in mine if is_slow]
                 f = [(o, m) for is_slow, o, m in mine if not is_slow]
