@@ -731,6 +731,7 @@ def slow_blocks_table(data, accs, sizes=None):
         return []
     # Each size's base for maps, which the counts, the runs and the other calls below all judge by.
     map_base = {z: percentile([x[3] for x in xs], 25) for z, xs in per.items()}
+    slow_map = {(z, x[2]): x[3] > SLOW * map_base[z] for z, xs in per.items() for x in xs}
     lines = ["### The DMA calls block by block (back-to-back re-registrations, µs per call)", "",
              f"Each block's `dma_map_pages` and `dma_unmap_pages` time per call over its back-to-back "
              f"re-registrations of a size (as in the table above, before the median). Base: the lowest "
@@ -754,8 +755,8 @@ def slow_blocks_table(data, accs, sizes=None):
     if len(first) == 2:
         slow = {}
         for z in first:
-            for _, _, block, m, _ in per[z]:
-                slow.setdefault(block, {})[z] = m > SLOW * map_base[z]
+            for _, _, block, _, _ in per[z]:
+                slow.setdefault(block, {})[z] = slow_map[(z, block)]
         pairs = [v for v in slow.values() if len(v) == 2]
         a, b = first
         s_then = [v[b] for v in pairs if v[a]]
@@ -772,7 +773,7 @@ def slow_blocks_table(data, accs, sizes=None):
     for z, xs in per.items():
         for c in LABELS:
             for cost in (0, 1):
-                mine = [(x[3] > SLOW * map_base[z], other[(z, x[2])], x[3]) for x in xs
+                mine = [(slow_map[(z, x[2])], other[(z, x[2])], x[3]) for x in xs
                         if (x[0], x[1]) == (c, cost) and (z, x[2]) in other]
                 s = [(o, m) for is_slow, o, m in mine if is_slow]
                 f = [(o, m) for is_slow, o, m in mine if not is_slow]
@@ -787,19 +788,19 @@ def slow_blocks_table(data, accs, sizes=None):
                   f"after its registration's unmap; the cost model's time left out) {median(others):.2f}x "
                   f"(from {min(others):.2f}x to {max(others):.2f}x); medians over the {len(others)} cells "
                   f"with slow and other blocks. In a slow block everything in the guest ran slower."]
-    lines += slow_blocks_by_boot(per, map_base)
+    lines += slow_blocks_by_boot(per, slow_map)
     lines += fastest_blocks_table(per)
     return lines
 
 
-def slow_blocks_by_boot(per, map_base):
+def slow_blocks_by_boot(per, slow_map):
     """The slow maps of `slow_blocks_table` (`per`: size -> (client, cost, (boot, block), map,
-    unmap) per block) counted per boot and client over every size, and whether a block right
+    unmap) per block; `slow_map`: (size, (boot, block)) -> its map slow) counted per boot and client over every size, and whether a block right
     after a slow one (the block before it in its boot, whichever client's, at the same size) was
     slow more often than one after a block that was not."""
     by_boot, after = {}, {}
     for z, xs in per.items():
-        slow = {x[2]: x[3] > SLOW * map_base[z] for x in xs}
+        slow = {x[2]: slow_map[(z, x[2])] for x in xs}
         for c, _, block, _, _ in xs:
             n = by_boot.setdefault(block[0], {}).setdefault(c, [0, 0])
             n[0] += slow[block]
